@@ -1,0 +1,94 @@
+"""`pgsched migrate`: apply the numbered SQL files, forward only, each exactly once.
+
+The version table records each applied file with its checksum. An advisory lock makes two
+processes migrating at once take turns; the second then finds nothing left to do. A database
+migrated by a newer pgsched (a version this one does not know) is refused, and so is an
+applied file whose checksum changed, since that means the schema is not what the code expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from pgsched.sql_files import Migration, migrations
+
+# An arbitrary constant shared by every pgsched process: "the migration lock".
+MIGRATION_LOCK_KEY = 0x7067736368656400 >> 8
+
+
+class MigrationError(RuntimeError):
+    """The database's schema is not one this version of pgsched can work with."""
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    applied: list[int]
+    current_version: int
+
+
+_VERSION_TABLE = """
+CREATE SCHEMA IF NOT EXISTS pgsched;
+CREATE TABLE IF NOT EXISTS pgsched.schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+def migrate(conninfo: str) -> MigrateResult:
+    """Bring the database at `conninfo` up to the newest schema this package ships."""
+    known = migrations()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            return _migrate_locked(conn, known)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+def _migrate_locked(conn: psycopg.Connection, known: list[Migration]) -> MigrateResult:
+    conn.execute(_VERSION_TABLE)
+    rows = conn.execute("SELECT version, name, checksum FROM pgsched.schema_migrations").fetchall()
+    applied = {version: (name, checksum) for version, name, checksum in rows}
+    newest_known = known[-1].version if known else 0
+    unknown = sorted(v for v in applied if v > newest_known)
+    if unknown:
+        raise MigrationError(
+            f"this database was migrated by a newer pgsched (schema version {max(unknown)}); "
+            f"this pgsched knows versions up to {newest_known}. Upgrade pgsched."
+        )
+    for migration in known:
+        if migration.version in applied:
+            name, checksum = applied[migration.version]
+            if checksum != migration.checksum:
+                raise MigrationError(
+                    f"migration {migration.version:04d}_{name} was applied with a different "
+                    "checksum than the file this pgsched ships; the schema is not what the code "
+                    "expects. Migrations are forward-only: never edit an applied one."
+                )
+    done: list[int] = []
+    for migration in known:
+        if migration.version in applied:
+            continue
+        with conn.transaction():
+            conn.execute(migration.sql.encode())
+            conn.execute(
+                "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
+                " VALUES (%s, %s, %s)",
+                (migration.version, migration.name, migration.checksum),
+            )
+        done.append(migration.version)
+    return MigrateResult(applied=done, current_version=newest_known)
+
+
+def schema_version(conn: psycopg.Connection) -> int:
+    """The newest applied migration, or 0 on a database pgsched never touched."""
+    row = conn.execute(
+        "SELECT CASE WHEN to_regclass('pgsched.schema_migrations') IS NULL THEN 0"
+        " ELSE (SELECT coalesce(max(version), 0) FROM pgsched.schema_migrations) END"
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,286 @@
+-- 0002 — the time router and the scheduling API.
+--
+-- Any language schedules work by calling these functions:
+--
+--   SELECT pgsched.schedule_task(task_type => 'send_email', payload => '{"to": 1}');
+--   SELECT * FROM pgsched.schedule_tasks(task_types => ARRAY[...], run_ats => ARRAY[...]);
+--   SELECT pgsched.cancel_task(42, 'customer left');
+--
+-- Routing, by how far the due time is from now (boundaries in pgsched.settings):
+--   IMMEDIATE  run_at - now <  immediate_window (15 min)  hot partition, QUEUED, NOTIFY the lane
+--   HOT        run_at - now <  hot_window (24 h)          hot partition, QUEUED
+--   COLD       otherwise                                  cold partition, PENDING
+-- Every time check takes an optional as_of (defaults to now()) so tests control the clock.
+
+-- Why a task's input is refused, or NULL when it is fine. One function so the single and
+-- the bulk path refuse exactly the same things with exactly the same words.
+CREATE FUNCTION pgsched.task_input_problem(
+    task_type text,
+    payload jsonb,
+    tenant_id text,
+    priority integer,
+    max_attempts bigint,
+    lane text,
+    metadata jsonb,
+    idempotency_key text,
+    max_payload_bytes bigint
+) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN task_type IS NULL THEN 'task_type is required'
+        WHEN task_type !~ '^[A-Za-z_][A-Za-z0-9_.]{0,99}$' THEN format(
+            'task_type %L is not a plain identifier '
+            '(letters, digits, _ and ., starting with a letter or _, at most 100 characters)',
+            task_type)
+        WHEN tenant_id IS NULL OR tenant_id !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$' THEN format(
+            'tenant_id %L is not a plain identifier '
+            '(letters, digits, _, . and -, at most 100 characters)',
+            tenant_id)
+        WHEN priority IS NULL OR priority NOT BETWEEN 0 AND 10 THEN format(
+            'priority %s is out of range (0 to 10)', coalesce(priority::text, 'NULL'))
+        WHEN max_attempts IS NULL OR max_attempts < 1 THEN format(
+            'max_attempts %s must be at least 1', coalesce(max_attempts::text, 'NULL'))
+        WHEN lane IS NOT NULL AND upper(lane) = 'DEAD' THEN
+            'lane DEAD cannot be scheduled into: tasks reach it only by failing'
+        WHEN lane IS NOT NULL AND upper(lane) NOT IN ('HIGH', 'NORMAL', 'LOW', 'BATCH') THEN format(
+            'unknown lane %L (one of HIGH, NORMAL, LOW, BATCH)', lane)
+        WHEN upper(lane) = 'HIGH' AND priority < 8 THEN format(
+            'lane HIGH needs priority 8 or more, got %s', priority)
+        WHEN upper(lane) = 'NORMAL' AND priority NOT BETWEEN 4 AND 7 THEN format(
+            'lane NORMAL needs priority 4 to 7, got %s', priority)
+        WHEN upper(lane) = 'LOW' AND priority > 3 THEN format(
+            'lane LOW needs priority 3 or less, got %s', priority)
+        WHEN payload IS NULL THEN 'payload must be JSON, got NULL'
+        WHEN metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
+            'metadata must be a JSON object'
+        WHEN octet_length(payload::text) > max_payload_bytes THEN format(
+            'payload is %s bytes, over the cap of %s bytes (pgsched.settings.max_payload_bytes)',
+            octet_length(payload::text), max_payload_bytes)
+        WHEN idempotency_key IS NOT NULL AND (idempotency_key = '' OR length(idempotency_key) > 200)
+            THEN 'idempotency_key must be 1 to 200 characters'
+    END
+$$;
+
+-- The lane a priority belongs to; BATCH only when asked for.
+CREATE FUNCTION pgsched.lane_for(priority integer, lane text DEFAULT NULL)
+RETURNS pgsched.task_lane
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (CASE
+        WHEN upper(lane) = 'BATCH' THEN 'BATCH'
+        WHEN priority >= 8 THEN 'HIGH'
+        WHEN priority >= 4 THEN 'NORMAL'
+        ELSE 'LOW'
+    END)::pgsched.task_lane
+$$;
+
+-- The tier a due time routes to: IMMEDIATE, HOT or COLD.
+CREATE FUNCTION pgsched.route(run_at timestamptz, as_of timestamptz DEFAULT NULL)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN run_at - coalesce(as_of, now()) < s.immediate_window THEN 'IMMEDIATE'
+        WHEN run_at - coalesce(as_of, now()) < s.hot_window THEN 'HOT'
+        ELSE 'COLD'
+    END
+    FROM pgsched.settings AS s
+$$;
+
+-- Why a time zone name is refused, or NULL. Only IANA Area/Location names and UTC are
+-- accepted: abbreviations (PST, EST) and legacy names are ambiguous about the rules.
+CREATE FUNCTION pgsched.timezone_problem(timezone text) RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN timezone IS NULL OR btrim(timezone) = '' THEN 'time zone is required (an IANA name such as Europe/Berlin)'
+        WHEN timezone IN ('UTC', 'Etc/UTC') THEN NULL
+        WHEN timezone !~ '^[A-Z][A-Za-z_+-]+(/[A-Za-z0-9_+-]+)+$'
+            OR timezone ~ '^(posix|right|Etc|SystemV)/'
+            OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names AS z WHERE z.name = timezone)
+            THEN format('unknown time zone %L (use an IANA Area/Location name such as America/New_York)', timezone)
+    END
+$$;
+
+-- The bulk path, and the one place tasks are created. Arrays are parallel (one element
+-- per task); any array but task_types may be NULL for "all defaults". Every row is checked
+-- first and one bad row refuses the whole batch. Returns, per input row, the task id and
+-- whether this call created it (false: its idempotency key already named a task).
+CREATE FUNCTION pgsched.schedule_tasks(
+    task_types text[],
+    payloads jsonb[] DEFAULT NULL,
+    run_ats timestamptz[] DEFAULT NULL,
+    tenant_ids text[] DEFAULT NULL,
+    priorities integer[] DEFAULT NULL,
+    idempotency_keys text[] DEFAULT NULL,
+    max_attempts bigint[] DEFAULT NULL,
+    lanes text[] DEFAULT NULL,
+    metadatas jsonb[] DEFAULT NULL,
+    as_of timestamptz DEFAULT NULL
+) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cfg pgsched.settings;
+    n integer := coalesce(cardinality(task_types), 0);
+    t timestamptz := coalesce(as_of, now());
+    ids bigint[];
+    created_ids bigint[];
+    wake_lanes pgsched.task_lane[];
+    bad record;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(payloads), n) <> n OR coalesce(cardinality(run_ats), n) <> n
+       OR coalesce(cardinality(tenant_ids), n) <> n OR coalesce(cardinality(priorities), n) <> n
+       OR coalesce(cardinality(idempotency_keys), n) <> n OR coalesce(cardinality(max_attempts), n) <> n
+       OR coalesce(cardinality(lanes), n) <> n OR coalesce(cardinality(metadatas), n) <> n THEN
+        RAISE EXCEPTION 'pgsched: every array passed to schedule_tasks must have % elements, like task_types', n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO cfg FROM pgsched.settings;
+
+    SELECT u.ord, u.problem INTO bad
+      FROM (
+        SELECT i.ord, pgsched.task_input_problem(
+                   i.task_type, coalesce(i.payload, '{}'), coalesce(i.tenant_id, 'default'),
+                   coalesce(i.priority, 5), coalesce(i.max_attempts, 3), i.lane,
+                   coalesce(i.metadata, '{}'), i.idempotency_key, cfg.max_payload_bytes) AS problem
+          FROM unnest(task_types, payloads, tenant_ids, priorities, max_attempts, lanes,
+                      metadatas, idempotency_keys)
+               WITH ORDINALITY AS i(task_type, payload, tenant_id, priority, max_attempts, lane,
+                                    metadata, idempotency_key, ord)
+      ) AS u
+     WHERE u.problem IS NOT NULL
+     ORDER BY u.ord
+     LIMIT 1;
+    IF FOUND THEN
+        IF n = 1 THEN
+            RAISE EXCEPTION 'pgsched: %', bad.problem USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RAISE EXCEPTION 'pgsched: row % of the batch: %', bad.ord, bad.problem
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Ids are drawn up front so each input row knows its would-be id.
+    ids := ARRAY(SELECT nextval('pgsched.task_id_seq') FROM generate_series(1, n));
+
+    WITH input AS (
+        SELECT i.id, i.task_type,
+               coalesce(i.payload, '{}') AS payload,
+               coalesce(i.run_at, t) AS run_at,
+               coalesce(i.tenant_id, 'default') AS tenant_id,
+               coalesce(i.priority, 5) AS priority,
+               i.idempotency_key,
+               coalesce(i.max_attempts, 3) AS max_attempts,
+               pgsched.lane_for(coalesce(i.priority, 5), i.lane) AS lane,
+               coalesce(i.metadata, '{}') AS metadata
+          FROM unnest(ids, task_types, payloads, run_ats, tenant_ids, priorities,
+                      idempotency_keys, max_attempts, lanes, metadatas)
+               AS i(id, task_type, payload, run_at, tenant_id, priority,
+                    idempotency_key, max_attempts, lane, metadata)
+    ),
+    -- A key taken by a concurrent transaction makes this insert wait for it: if it
+    -- commits the key is a conflict (nothing inserted), if it rolls back the key is ours.
+    keyed AS (
+        INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
+        SELECT i.tenant_id, i.idempotency_key, i.id, t
+          FROM input AS i
+         WHERE i.idempotency_key IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING k.task_id
+    ),
+    inserted AS (
+        INSERT INTO pgsched.tasks AS tk (
+            id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane,
+            status, max_attempts, idempotency_key, created_at, updated_at
+        )
+        SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
+               (CASE WHEN i.run_at - t < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
+               i.max_attempts, i.idempotency_key, t, t
+          FROM input AS i
+         WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
+        RETURNING tk.id, tk.lane, tk.next_run_at
+    )
+    SELECT coalesce(array_agg(x.id), '{}'),
+           coalesce(array_agg(DISTINCT x.lane) FILTER (WHERE x.next_run_at - t < cfg.immediate_window), '{}')
+      INTO created_ids, wake_lanes
+      FROM inserted AS x;
+
+    -- A tiny wake-up per lane; Postgres folds identical notifications in one transaction.
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake_lanes) AS w;
+
+    -- A new statement, so keys committed by others while we waited are visible here.
+    RETURN QUERY
+    SELECT i.ord, coalesce(c.id, k.task_id), c.id IS NOT NULL
+      FROM unnest(ids, tenant_ids, idempotency_keys) WITH ORDINALITY AS i(id, tenant_id, idempotency_key, ord)
+      LEFT JOIN unnest(created_ids) AS c(id) ON c.id = i.id
+      LEFT JOIN pgsched.idempotency_keys AS k
+        ON c.id IS NULL
+       AND k.tenant_id = coalesce(i.tenant_id, 'default')
+       AND k.idempotency_key = i.idempotency_key
+     ORDER BY i.ord;
+END;
+$$;
+
+-- Schedule one task; returns its id (the existing task's id when the tenant already
+-- used this idempotency key).
+CREATE FUNCTION pgsched.schedule_task(
+    task_type text,
+    payload jsonb DEFAULT '{}',
+    run_at timestamptz DEFAULT NULL,
+    tenant_id text DEFAULT 'default',
+    priority integer DEFAULT 5,
+    idempotency_key text DEFAULT NULL,
+    max_attempts bigint DEFAULT 3,
+    lane text DEFAULT NULL,
+    metadata jsonb DEFAULT '{}',
+    as_of timestamptz DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql
+AS $$
+    SELECT s.task_id
+      FROM pgsched.schedule_tasks(
+          task_types => ARRAY[task_type],
+          payloads => ARRAY[payload],
+          run_ats => ARRAY[run_at],
+          tenant_ids => ARRAY[tenant_id],
+          priorities => ARRAY[priority],
+          idempotency_keys => ARRAY[idempotency_key],
+          max_attempts => ARRAY[max_attempts],
+          lanes => ARRAY[lane],
+          metadatas => ARRAY[metadata],
+          as_of => as_of
+      ) AS s
+$$;
+
+-- Cancel a task that has not started. Anything else is a clear error that changes nothing.
+CREATE FUNCTION pgsched.cancel_task(
+    task_id bigint,
+    reason text DEFAULT 'cancelled',
+    as_of timestamptz DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    current pgsched.task_status;
+BEGIN
+    UPDATE pgsched.tasks AS tk
+       SET status = 'CANCELLED', status_reason = coalesce(cancel_task.reason, 'cancelled'),
+           enabled = FALSE, updated_at = coalesce(cancel_task.as_of, now())
+     WHERE tk.id = cancel_task.task_id AND tk.status IN ('PENDING', 'QUEUED');
+    IF FOUND THEN
+        RETURN cancel_task.task_id;
+    END IF;
+    SELECT tk.status INTO current FROM pgsched.tasks AS tk WHERE tk.id = cancel_task.task_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: no task with id %', cancel_task.task_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    RAISE EXCEPTION 'pgsched: task % is % and cannot be cancelled; only a task that has not started (PENDING or QUEUED) can be',
+        cancel_task.task_id, current
+        USING ERRCODE = 'object_not_in_prerequisite_state';
+END;
+$$;
