@@ -1,1 +1,16 @@
-"""pgsched."""
+"""pgsched: a job scheduler engine on PostgreSQL. The row is the truth."""
+
+from pgsched.app import App
+from pgsched.errors import InvalidTaskError, PgschedError, TaskNotFoundError, TaskStateError
+from pgsched.lanes import Lane
+from pgsched.tasks import TaskSpec
+
+__all__ = [
+    "App",
+    "InvalidTaskError",
+    "Lane",
+    "PgschedError",
+    "TaskNotFoundError",
+    "TaskSpec",
+    "TaskStateError",
+]

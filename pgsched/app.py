@@ -1,0 +1,176 @@
+"""`App`: the Python entry point for scheduling (and, with handlers, for running) tasks.
+
+    app = App("postgresql://localhost/mydb")
+    task_id = app.schedule("send_email", {"to": "a@b.c"}, run_at=tomorrow, tenant_id="acme")
+
+Every call may take the caller's own psycopg connection (`conn=`): the task is then written
+inside the caller's transaction, so it exists if and only if the caller's work commits.
+Without one, pgsched opens a connection and commits at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from pydantic import ValidationError
+
+from pgsched.config import resolve_dsn
+from pgsched.errors import InvalidTaskError, translate
+from pgsched.queries import query
+from pgsched.tasks import TaskSpec
+
+SCHEDULE_CHUNK = 20_000
+
+
+def _spec(value: TaskSpec | Mapping[str, Any]) -> TaskSpec:
+    if isinstance(value, TaskSpec):
+        return value
+    try:
+        return TaskSpec.model_validate(value)
+    except ValidationError as exc:
+        raise InvalidTaskError(_first_problem(exc)) from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "task"
+    return f"{where}: {error['msg']}"
+
+
+class App:
+    """Holds the DSN (and later the handler registry); cheap to create."""
+
+    def __init__(self, dsn: str | None = None) -> None:
+        self._dsn = dsn
+
+    @property
+    def dsn(self) -> str:
+        """Resolved lazily, so building an App never starts a database by itself."""
+        if self._dsn is None:
+            self._dsn = resolve_dsn(None)
+        return self._dsn
+
+    @contextmanager
+    def _connection(
+        self, conn: psycopg.Connection[Any] | None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        if conn is not None:
+            yield conn
+            return
+        with psycopg.connect(self.dsn) as own:
+            yield own
+
+    def schedule(
+        self,
+        task_type: str,
+        payload: Any = None,
+        *,
+        run_at: datetime | None = None,
+        tenant_id: str = "default",
+        priority: int = 5,
+        idempotency_key: str | None = None,
+        max_attempts: int = 3,
+        lane: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Schedule one task; returns its id (the existing id for a repeated key)."""
+        spec = _spec(
+            {
+                "task_type": task_type,
+                "payload": {} if payload is None else payload,
+                "run_at": run_at,
+                "tenant_id": tenant_id,
+                "priority": priority,
+                "idempotency_key": idempotency_key,
+                "max_attempts": max_attempts,
+                "lane": lane,
+                "metadata": dict(metadata or {}),
+            }
+        )
+        params = {
+            "task_type": spec.task_type,
+            "payload": Jsonb(spec.payload),
+            "run_at": spec.run_at,
+            "tenant_id": spec.tenant_id,
+            "priority": spec.priority,
+            "idempotency_key": spec.idempotency_key,
+            "max_attempts": spec.max_attempts,
+            "lane": spec.lane,
+            "metadata": Jsonb(spec.metadata),
+        }
+        with self._connection(conn) as c:
+            try:
+                row = c.execute(query("task_schedule_one"), params).fetchone()
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        assert row is not None
+        return int(row[0])
+
+    def schedule_many(
+        self,
+        tasks: Iterable[TaskSpec | Mapping[str, Any]],
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+        chunk_size: int = SCHEDULE_CHUNK,
+    ) -> list[int]:
+        """Schedule many tasks through the bulk SQL path, in chunks, in one transaction.
+
+        Returns the task ids in input order. One invalid task refuses the whole call.
+        """
+        specs = [_spec(task) for task in tasks]
+        ids: list[int] = []
+        with self._connection(conn) as c:
+            try:
+                with c.transaction():
+                    for start in range(0, len(specs), chunk_size):
+                        ids.extend(self._schedule_chunk(c, specs[start : start + chunk_size]))
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        return ids
+
+    @staticmethod
+    def _schedule_chunk(conn: psycopg.Connection[Any], specs: list[TaskSpec]) -> list[int]:
+        def column(values: list[Any]) -> list[Any] | None:
+            # An all-default column travels as NULL: less to send, same result.
+            return None if all(v is None for v in values) else values
+
+        params = {
+            "task_types": [s.task_type for s in specs],
+            "payloads": [Jsonb(s.payload) for s in specs],
+            "run_ats": column([s.run_at for s in specs]),
+            "tenant_ids": [s.tenant_id for s in specs],
+            "priorities": [s.priority for s in specs],
+            "idempotency_keys": column([s.idempotency_key for s in specs]),
+            "max_attempts": [s.max_attempts for s in specs],
+            "lanes": column([s.lane for s in specs]),
+            "metadatas": [Jsonb(s.metadata) for s in specs],
+        }
+        rows = conn.execute(query("task_schedule_many"), params, binary=True).fetchall()
+        return [int(task_id) for _, task_id, _ in rows]
+
+    def cancel(
+        self,
+        task_id: int,
+        reason: str = "cancelled",
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Cancel a task that has not started; a started or finished one raises."""
+        with self._connection(conn) as c:
+            try:
+                c.execute(query("task_cancel"), {"task_id": task_id, "reason": reason})
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        return task_id
+
+    def lane_summary(self) -> list[dict[str, Any]]:
+        """Per lane: cold, queued, due now, processing, dead, oldest lateness (seconds)."""
+        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query("lane_summary")).fetchall()

@@ -1,0 +1,34 @@
+"""The errors pgsched raises. Each carries the database's own explanation."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import errors as pg_errors
+
+
+class PgschedError(Exception):
+    """Base class of everything pgsched raises on purpose."""
+
+
+class InvalidTaskError(PgschedError, ValueError):
+    """The task's input was refused; nothing was written."""
+
+
+class TaskNotFoundError(PgschedError, LookupError):
+    """No task has that id."""
+
+
+class TaskStateError(PgschedError):
+    """The task is not in a state that allows the operation; nothing was changed."""
+
+
+def translate(exc: psycopg.Error) -> Exception:
+    """Map a database refusal to the pgsched error a caller can catch."""
+    message = exc.diag.message_primary or str(exc)
+    if isinstance(exc, pg_errors.InvalidParameterValue | pg_errors.InvalidTextRepresentation):
+        return InvalidTaskError(message)
+    if isinstance(exc, pg_errors.NoDataFound):
+        return TaskNotFoundError(message)
+    if isinstance(exc, pg_errors.ObjectNotInPrerequisiteState | pg_errors.CheckViolation):
+        return TaskStateError(message)
+    return exc
