@@ -10,7 +10,7 @@ Without one, pgsched opens a connection and commits at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -22,7 +22,9 @@ from pydantic import ValidationError
 
 from pgsched.config import resolve_dsn
 from pgsched.errors import InvalidTaskError, translate
+from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
 from pgsched.queries import query
+from pgsched.retry import RetryPolicy
 from pgsched.tasks import TaskSpec
 
 SCHEDULE_CHUNK = 20_000
@@ -44,10 +46,51 @@ def _first_problem(exc: ValidationError) -> str:
 
 
 class App:
-    """Holds the DSN (and later the handler registry); cheap to create."""
+    """Holds the DSN and the handler registry; cheap to create."""
 
     def __init__(self, dsn: str | None = None) -> None:
         self._dsn = dsn
+        self.registry = HandlerRegistry()
+
+    def handler(
+        self,
+        task_type: str,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        transactional: bool = False,
+    ) -> Callable[[Any], Any]:
+        """Register a function (sync or async) or a TaskHandler class for a task type."""
+
+        def register(target: Any) -> Any:
+            handler = target() if isinstance(target, type) else target
+            self.register(
+                task_type, handler, retry=retry, timeout=timeout, transactional=transactional
+            )
+            return target
+
+        return register
+
+    def register(
+        self,
+        task_type: str,
+        handler: TaskHandler | Callable[[TaskContext], Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        transactional: bool = False,
+    ) -> Registration:
+        return self.registry.register(
+            task_type, handler, retry=retry, timeout=timeout, transactional=transactional
+        )
+
+    def run_worker(self, config: Any = None) -> None:
+        """Run a worker in this process until SIGTERM / SIGINT (see pgsched.worker)."""
+        import asyncio
+
+        from pgsched.worker import Worker, WorkerConfig
+
+        asyncio.run(Worker(self.dsn, self.registry, config or WorkerConfig()).run())
 
     @property
     def dsn(self) -> str:
@@ -174,3 +217,28 @@ class App:
         """Per lane: cold, queued, due now, processing, dead, oldest lateness (seconds)."""
         with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("lane_summary")).fetchall()
+
+    def dead_list(self, max_rows: int = 100) -> list[dict[str, Any]]:
+        """The DEAD lane, newest failure first."""
+        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query("dead_list"), {"max_rows": max_rows}).fetchall()
+
+    def dead_retry(
+        self, task_id: int | None = None, *, task_type: str | None = None, all_tasks: bool = False
+    ) -> list[int]:
+        """Bring DEAD tasks back (their attempts start over); returns their ids."""
+        params = {"task_id": task_id, "task_type": task_type, "all_tasks": all_tasks}
+        with psycopg.connect(self.dsn) as c:
+            try:
+                return [int(r[0]) for r in c.execute(query("dead_retry"), params).fetchall()]
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+
+    def dead_discard(self, task_id: int, reason: str = "discarded from the DEAD lane") -> int:
+        """Give up on a DEAD task for good (CANCELLED, with the reason recorded)."""
+        with psycopg.connect(self.dsn) as c:
+            try:
+                c.execute(query("dead_discard"), {"task_id": task_id, "reason": reason})
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        return task_id

@@ -17,6 +17,7 @@ from pgsched.app import App
 from pgsched.config import DSN_ENV, resolve_dsn
 from pgsched.embedded import EmbeddedCluster, EmbeddedError
 from pgsched.errors import PgschedError
+from pgsched.lanes import Lane
 from pgsched.migrations import MigrationError, migrate
 from pgsched.queries import query
 
@@ -213,3 +214,154 @@ def status(ctx: click.Context, as_json: bool) -> None:
         return
     columns = ["lane", "cold", "queued", "due_now", "processing", "dead", "oldest_lateness_s"]
     click.echo(render_table(rows, columns))
+
+
+def load_app(spec: str) -> App:
+    """`module:attribute` -> the App it names."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"{spec!r} is not module:attribute", param_hint="--app")
+    sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="--app"
+        ) from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise click.BadParameter(f"{spec!r} is not a pgsched.App", param_hint="--app")
+    return app
+
+
+def parse_lanes(text: str) -> tuple[Lane, ...]:
+    try:
+        lanes = tuple(dict.fromkeys(Lane.parse(name) for name in text.split(",") if name.strip()))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lanes") from None
+    if Lane.DEAD in lanes:
+        raise click.BadParameter(
+            "DEAD holds terminal failures; no worker runs it", param_hint="--lanes"
+        )
+    if not lanes:
+        raise click.BadParameter("name at least one lane", param_hint="--lanes")
+    return lanes
+
+
+@main.command()
+@click.option("--app", "app_spec", required=True, help="Your handlers: module:app (an App).")
+@click.option("--lanes", default="high,normal,low", show_default=True)
+@click.option(
+    "--concurrency", type=int, default=16, show_default=True, help="Tasks at once, per lane."
+)
+@click.option("--batch-size", type=int, default=100, show_default=True, help="Max rows per claim.")
+@click.option("--lease", "lease_seconds", type=float, default=30.0, show_default=True)
+@click.option(
+    "--poll-interval", type=float, default=2.0, show_default=True, help="Backup poll (s)."
+)
+@click.option("--grace", "grace_seconds", type=float, default=30.0, show_default=True)
+@click.option("--batch-concurrency", type=int, default=4, show_default=True)
+@click.option("--batch-rate", type=float, default=200.0, show_default=True, help="BATCH starts/s.")
+@click.option("--worker-id", default=None)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    app_spec: str,
+    lanes: str,
+    concurrency: int,
+    batch_size: int,
+    lease_seconds: float,
+    poll_interval: float,
+    grace_seconds: float,
+    batch_concurrency: int,
+    batch_rate: float,
+    worker_id: str | None,
+    log_level: str,
+) -> None:
+    """Run tasks of the given lanes until SIGTERM / SIGINT."""
+    import asyncio
+    import logging
+
+    from pgsched.worker import Worker, WorkerConfig
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = load_app(app_spec)
+    dsn = ctx.obj["dsn"] or app._dsn or resolve_dsn(None)
+    try:
+        config = WorkerConfig(
+            lanes=parse_lanes(lanes),
+            concurrency=concurrency,
+            batch_size=batch_size,
+            lease_seconds=lease_seconds,
+            poll_interval=poll_interval,
+            grace_seconds=grace_seconds,
+            batch_concurrency=batch_concurrency,
+            batch_rate=batch_rate if batch_rate > 0 else None,
+            worker_id=worker_id,
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    asyncio.run(Worker(dsn, app.registry, config).run())
+
+
+@main.group()
+def dead() -> None:
+    """The DEAD lane: tasks that failed for good, waiting for a person."""
+
+
+@dead.command("list")
+@click.option("--limit", "max_rows", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def dead_list(ctx: click.Context, max_rows: int, as_json: bool) -> None:
+    """Show DEAD tasks, newest failure first."""
+    rows = App(_dsn(ctx.find_root())).dead_list(max_rows)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    for row in rows:
+        row["last_error"] = (
+            (row["last_error"] or "").splitlines()[0][:80] if row["last_error"] else "-"
+        )
+    columns = ["id", "tenant_id", "task_type", "attempts", "failed_at", "last_error"]
+    click.echo(render_table(rows, columns))
+
+
+@dead.command("retry")
+@click.argument("task_id", type=int, required=False)
+@click.option("--type", "task_type", default=None, help="Every DEAD task of this type.")
+@click.option("--all", "all_tasks", is_flag=True, help="Every DEAD task.")
+@click.pass_context
+def dead_retry(
+    ctx: click.Context, task_id: int | None, task_type: str | None, all_tasks: bool
+) -> None:
+    """Bring DEAD tasks back to be run again (attempts start over)."""
+    if sum([task_id is not None, task_type is not None, all_tasks]) != 1:
+        raise click.UsageError("give exactly one of TASK_ID, --type T or --all")
+    root = ctx.find_root()
+    try:
+        ids = App(_dsn(root)).dead_retry(task_id, task_type=task_type, all_tasks=all_tasks)
+    except PgschedError as exc:
+        _fail(str(exc))
+        return
+    click.echo(f"retrying {len(ids)} task(s): {' '.join(map(str, ids))}".rstrip(": "))
+
+
+@dead.command("discard")
+@click.argument("task_id", type=int)
+@click.option("--reason", default="discarded from the DEAD lane", show_default=True)
+@click.pass_context
+def dead_discard(ctx: click.Context, task_id: int, reason: str) -> None:
+    """Give up on a DEAD task for good (CANCELLED, with the reason)."""
+    try:
+        App(_dsn(ctx.find_root())).dead_discard(task_id, reason)
+    except PgschedError as exc:
+        _fail(str(exc))
+        return
+    click.echo(f"discarded {task_id}")

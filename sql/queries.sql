@@ -49,3 +49,68 @@ FROM pgsched.lane_summary;
 
 -- name: timezone_problem
 SELECT pgsched.timezone_problem(%(timezone)s) AS problem;
+
+-- name: task_claim_many
+SELECT
+    id,
+    task_type,
+    tenant_id,
+    payload,
+    metadata,
+    attempts,
+    max_attempts,
+    next_run_at,
+    lane,
+    priority,
+    idempotency_key,
+    lease_token
+FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s);
+
+-- name: lane_next_due
+SELECT
+    next_due,
+    db_now
+FROM pgsched.lane_next_due(%(lane)s);
+
+-- name: task_finish_many
+SELECT
+    task_id,
+    applied
+FROM pgsched.task_finish_many(
+    task_ids => %(task_ids)s::bigint[],
+    lease_tokens => %(lease_tokens)s::uuid[],
+    outcomes => %(outcomes)s::text[],
+    errors => %(errors)s::text[],
+    retry_delays => %(retry_delays)s::interval[]
+);
+
+-- name: task_heartbeat_many
+SELECT task_id
+FROM pgsched.task_heartbeat_many(
+    %(task_ids)s::bigint[], %(lease_tokens)s::uuid[], %(lease)s
+) AS task_id;
+
+-- name: lease_rescue_expired
+SELECT pgsched.lease_rescue_expired(%(lane)s) AS rescued;
+
+-- name: dead_list
+SELECT
+    id,
+    tenant_id,
+    task_type,
+    attempts,
+    max_attempts,
+    updated_at AS failed_at,
+    last_error
+FROM pgsched.lane_dead
+ORDER BY updated_at DESC, id DESC
+LIMIT %(max_rows)s;
+
+-- name: dead_retry
+SELECT task_id
+FROM pgsched.dead_retry(
+    task_id => %(task_id)s, task_type => %(task_type)s, all_tasks => %(all_tasks)s
+) AS task_id;
+
+-- name: dead_discard
+SELECT pgsched.dead_discard(%(task_id)s, %(reason)s) AS task_id;

@@ -1,0 +1,173 @@
+"""Handlers: the engine's only contact with business logic.
+
+A handler is registered per task type, either as a `TaskHandler` subclass:
+
+    class SendReport(TaskHandler):
+        async def validate(self, ctx): ...        # raise: the task can never succeed -> DEAD
+        async def before_execute(self, ctx): ...  # raise: a failed attempt (retried)
+        async def execute(self, ctx): ...         # the work; raise: a failed attempt
+        async def after_execute(self, ctx): ...   # only after execute succeeded
+
+or as a plain function for `execute` alone with `@app.handler("task_type")`. Each method
+may be `async def` or plain `def`; plain ones run in a thread pool so they cannot stall
+the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pgsched.retry import RetryPolicy
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """The claimed task, as the handler sees it. Field order = the claim query's columns."""
+
+    id: int
+    task_type: str
+    tenant_id: str
+    payload: Any
+    metadata: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    lane: str
+    priority: int
+    idempotency_key: str | None
+    lease_token: Any
+
+
+class TaskContext:
+    """What a handler gets: the task, a logger bound to it, and, for a handler registered
+    with `transactional=True`, `connection`: a connection in an open transaction in which
+    the task's completion is written too, so the handler's writes and the completion
+    commit together or not at all."""
+
+    def __init__(self, task: TaskRow, worker_id: str, connection: Any = None) -> None:
+        self.task = task
+        self.worker_id = worker_id
+        self.logger = logging.LoggerAdapter(
+            logging.getLogger(f"pgsched.task.{task.task_type}"),
+            {"task_id": task.id, "tenant_id": task.tenant_id, "attempt": task.attempt},
+        )
+        self._connection = connection
+        self.state: dict[str, Any] = {}
+
+    @property
+    def tenant_id(self) -> str:
+        return self.task.tenant_id
+
+    @property
+    def payload(self) -> Any:
+        return self.task.payload
+
+    @property
+    def connection(self) -> Any:
+        """A sync handler gets a `psycopg.Connection`, an async one an `AsyncConnection`."""
+        if self._connection is None:
+            raise RuntimeError(
+                f"no connection for task type {self.task.task_type!r}: register its handler "
+                "with transactional=True to get one that commits with the completion"
+            )
+        return self._connection
+
+
+class TaskHandler:
+    """Subclass and implement `execute`; the other steps are optional."""
+
+    def validate(self, ctx: TaskContext) -> Any:
+        return None
+
+    def before_execute(self, ctx: TaskContext) -> Any:
+        return None
+
+    def execute(self, ctx: TaskContext) -> Any:
+        raise NotImplementedError("a TaskHandler must implement execute(ctx)")
+
+    def after_execute(self, ctx: TaskContext) -> Any:
+        return None
+
+
+class FunctionHandler(TaskHandler):
+    """A plain function (sync or async) registered as `execute` alone."""
+
+    def __init__(self, fn: Callable[[TaskContext], Any]) -> None:
+        self.fn = fn
+        self.execute = fn  # type: ignore[method-assign,assignment]
+
+
+STEPS = ("validate", "before_execute", "execute", "after_execute")
+
+
+@dataclass
+class Registration:
+    """A handler with its per-type settings."""
+
+    task_type: str
+    handler: TaskHandler
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: float | None = None
+    transactional: bool = False
+    is_async: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError("timeout must be a positive number of seconds")
+        # A handler is async when its execute is: ctx.connection then is async too.
+        self.is_async = inspect.iscoroutinefunction(self.handler.execute)
+
+    def step(self, name: str) -> Callable[[TaskContext], Any] | None:
+        method = getattr(self.handler, name)
+        # Skip optional steps the handler did not override: no thread hop for nothing.
+        if name != "execute" and getattr(type(self.handler), name) is getattr(TaskHandler, name):
+            return None
+        return method  # type: ignore[no-any-return]
+
+
+class HandlerRegistry:
+    def __init__(self) -> None:
+        self._by_type: dict[str, Registration] = {}
+
+    def register(
+        self,
+        task_type: str,
+        handler: TaskHandler | Callable[[TaskContext], Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        transactional: bool = False,
+    ) -> Registration:
+        if task_type in self._by_type:
+            raise ValueError(f"a handler for task type {task_type!r} is already registered")
+        if not isinstance(handler, TaskHandler):
+            if not callable(handler):
+                raise TypeError("a handler is a TaskHandler or a callable taking ctx")
+            handler = FunctionHandler(handler)
+        registration = Registration(
+            task_type, handler, retry or RetryPolicy(), timeout, transactional
+        )
+        self._by_type[task_type] = registration
+        return registration
+
+    def get(self, task_type: str) -> Registration | None:
+        return self._by_type.get(task_type)
+
+    def task_types(self) -> list[str]:
+        return sorted(self._by_type)
+
+
+async def call_step(fn: Callable[[TaskContext], Any], ctx: TaskContext) -> Any:
+    """Await an async step; run a plain one in the default thread pool."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(ctx)
+    result = await asyncio.to_thread(fn, ctx)
+    if inspect.isawaitable(result):
+        return await result
+    return result

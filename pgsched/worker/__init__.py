@@ -1,0 +1,15 @@
+"""The worker: claims due tasks of its lanes and runs their handlers.
+
+config.py    what a worker is told (lanes, concurrency, batch sizes, lease, grace)
+wakeup.py    LISTEN/NOTIFY on a dedicated connection that reconnects by itself
+leases.py    the heartbeat thread that keeps leases alive whatever handlers do
+outcomes.py  the buffer that writes completions and failures in batches
+runner.py    one task through validate / before_execute / execute / after_execute
+lanes.py     one claim loop per lane: claim, start, sleep until the next due time
+worker.py    wires them together; graceful shutdown on SIGTERM / SIGINT
+"""
+
+from pgsched.worker.config import LaneSettings, WorkerConfig
+from pgsched.worker.worker import Worker
+
+__all__ = ["LaneSettings", "Worker", "WorkerConfig"]

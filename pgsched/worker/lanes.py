@@ -1,0 +1,123 @@
+"""One claim loop per lane.
+
+Claim as many due tasks as there are free slots (at most `batch_size`), start them, and
+when the lane runs dry sleep until the earliest of: the lane's next due time (asked of the
+database, measured by its clock), a NOTIFY for the lane, or the jittered backup poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pgsched.handlers import TaskRow
+from pgsched.lanes import Lane
+from pgsched.worker.config import LaneSettings
+
+log = logging.getLogger("pgsched.worker.lanes")
+
+
+class RateLimiter:
+    """A token bucket: at most `rate` starts per second, in bursts of at most a tenth of
+    a second's worth (and at least one)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(rate / 10, 1.0)
+        self.tokens = self.capacity
+        self.updated = time.monotonic()
+
+    def available(self) -> int:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        return int(self.tokens)
+
+    def take(self, n: int) -> None:
+        self.tokens -= n
+
+    def wait_time(self) -> float:
+        return max(0.0, (1 - self.tokens) / self.rate)
+
+
+class LaneLoop:
+    def __init__(
+        self,
+        lane: Lane,
+        settings: LaneSettings,
+        batch_size: int,
+        poll_interval: float,
+        wakeup: asyncio.Event,
+        claim: Callable[[Lane, int], Awaitable[list[TaskRow]]],
+        next_due: Callable[[Lane], Awaitable[tuple[datetime | None, datetime]]],
+        start: Callable[[TaskRow, Callable[[], None]], Any],
+    ) -> None:
+        self.lane = lane
+        self.settings = settings
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.wakeup = wakeup
+        self._claim = claim
+        self._next_due = next_due
+        self._start = start
+        self._limiter = RateLimiter(settings.rate) if settings.rate else None
+        self.in_flight = 0
+        self._slot_freed = asyncio.Event()
+        self.claimed = 0
+
+    def _free_slot(self) -> None:
+        self.in_flight -= 1
+        self._slot_freed.set()
+
+    async def run(self) -> None:
+        while True:
+            free = self.settings.concurrency - self.in_flight
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            want = min(free, self.batch_size)
+            if self._limiter is not None:
+                allowed = self._limiter.available()
+                if allowed < 1:
+                    await asyncio.sleep(self._limiter.wait_time())
+                    continue
+                want = min(want, allowed)
+            # Cleared before claiming: a NOTIFY that lands during the claim is kept.
+            self.wakeup.clear()
+            try:
+                tasks = await self._claim(self.lane, want)
+            except Exception as exc:
+                log.warning("claim on lane %s failed (%s); retrying", self.lane, exc)
+                await asyncio.sleep(0.5)
+                continue
+            if self._limiter is not None:
+                self._limiter.take(len(tasks))
+            for task in tasks:
+                self.in_flight += 1
+                self.claimed += 1
+                self._start(task, self._free_slot)
+            if len(tasks) < want:
+                await self._sleep_until_work()
+
+    async def _sleep_until_work(self) -> None:
+        timeout = self.poll_interval * random.uniform(0.75, 1.25)
+        try:
+            next_due, db_now = await self._next_due(self.lane)
+        except Exception as exc:
+            log.warning("next-due query on lane %s failed (%s)", self.lane, exc)
+            next_due, db_now = None, datetime.now()
+        if next_due is not None:
+            timeout = min(timeout, max((next_due - db_now).total_seconds(), 0.0))
+        if timeout <= 0:
+            # Due rows exist but others hold them (mid-claim): yield briefly, then retry.
+            await asyncio.sleep(0.002)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wakeup.wait(), timeout)

@@ -1,0 +1,178 @@
+"""One task through its handler's lifecycle, ending in exactly one outcome.
+
+    validate        raises -> FAILED (DEAD lane), no retries: the work can never succeed
+    before_execute  raises -> a failed attempt (RETRY with backoff, DEAD when exhausted)
+    execute         raises or times out -> a failed attempt
+    after_execute   runs only after execute succeeded; if it raises, the task still
+                    completes (the work is done) and the error is kept on the record
+
+A handler registered with `transactional=True` gets `ctx.connection`, a pooled connection
+in an open transaction; the task's completion is written in that same transaction, so the
+handler's writes and the completion commit together or not at all (a lost lease rolls both
+back). Every other outcome goes to the batched buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pgsched.handlers import Registration, TaskContext, TaskRow, call_step
+from pgsched.queries import query
+from pgsched.retry import RetryPolicy
+from pgsched.worker.outcomes import Outcome, finish_params
+
+log = logging.getLogger("pgsched.worker.runner")
+
+MAX_ERROR_CHARS = 4000
+
+
+def describe(exc: BaseException) -> str:
+    """The error and a short traceback summary, for last_error and the event."""
+    frames = traceback.format_tb(exc.__traceback__, limit=-3)
+    return (f"{type(exc).__name__}: {exc}\n" + "".join(frames))[:MAX_ERROR_CHARS]
+
+
+def retry_outcome(task: TaskRow, policy: RetryPolicy, error: str) -> Outcome:
+    return Outcome(task.id, task.lease_token, "RETRY", error, policy.delay(task.attempt))
+
+
+class ConnectionSource:
+    """Hands transactional handlers a pooled connection and takes it back."""
+
+    def __init__(self, async_pool: Any, sync_pool_factory: Callable[[], Any]) -> None:
+        self._async_pool = async_pool
+        self._sync_pool_factory = sync_pool_factory
+
+    async def acquire(self, is_async: bool) -> Any:
+        if is_async:
+            return await self._async_pool.getconn()
+        return await asyncio.to_thread(self._sync_pool_factory().getconn)
+
+    async def release(self, conn: Any, is_async: bool, *, commit: bool) -> None:
+        if is_async:
+            try:
+                await (conn.commit() if commit else conn.rollback())
+            finally:
+                await self._async_pool.putconn(conn)
+            return
+
+        def finish() -> None:
+            try:
+                conn.commit() if commit else conn.rollback()
+            finally:
+                self._sync_pool_factory().putconn(conn)
+
+        await asyncio.to_thread(finish)
+
+
+class TaskRunner:
+    def __init__(
+        self,
+        worker_id: str,
+        registration_for: Callable[[str], Registration | None],
+        record: Callable[[Outcome], None],
+        written: Callable[[int], None],
+        connections: ConnectionSource,
+    ) -> None:
+        self._worker_id = worker_id
+        self._registration_for = registration_for
+        self._record = record
+        self._written = written
+        self._connections = connections
+
+    async def run(self, task: TaskRow) -> None:
+        registration = self._registration_for(task.task_type)
+        if registration is None:
+            # Retried, not dropped: a deploy that adds the handler will run it.
+            error = f"no handler for task type {task.task_type!r} in worker {self._worker_id}"
+            self._record(retry_outcome(task, RetryPolicy(), error))
+            return
+        if not registration.transactional:
+            self._record(await self._lifecycle(registration, TaskContext(task, self._worker_id)))
+            return
+        conn = await self._connections.acquire(registration.is_async)
+        committed = False
+        try:
+            outcome = await self._lifecycle(registration, TaskContext(task, self._worker_id, conn))
+            if outcome.outcome == "COMPLETED":
+                committed = await self._complete_in(conn, registration, outcome)
+            else:
+                self._record(outcome)
+        finally:
+            await self._connections.release(conn, registration.is_async, commit=committed)
+        if committed:
+            self._written(task.id)
+
+    async def _complete_in(self, conn: Any, registration: Registration, outcome: Outcome) -> bool:
+        """Write the completion in the handler's transaction; True when it should commit."""
+        params = finish_params([outcome])
+        try:
+            if registration.is_async:
+                rows = await (await conn.execute(query("task_finish_many"), params)).fetchall()
+            else:
+                rows = await asyncio.to_thread(
+                    lambda: conn.execute(query("task_finish_many"), params).fetchall()
+                )
+        except psycopg.Error as exc:
+            log.error("task %s: completion failed, rolling back its work: %s", outcome.task_id, exc)
+            self._record(retry_outcome_for(outcome, registration.retry, describe(exc)))
+            return False
+        applied = bool(rows and rows[0][1])
+        if not applied:
+            # Lease lost: someone else owns the task now. Roll our writes back; the stale
+            # report itself cannot be recorded in a transaction we are rolling back.
+            log.warning("task %s: lease lost before completion; work rolled back", outcome.task_id)
+            self._record(Outcome(outcome.task_id, outcome.lease_token, "COMPLETED"))
+        return applied
+
+    async def _lifecycle(self, registration: Registration, ctx: TaskContext) -> Outcome:
+        task = ctx.task
+        validate = registration.step("validate")
+        if validate is not None:
+            try:
+                await call_step(validate, ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                ctx.logger.warning("validate refused the task: %s", exc)
+                error = "validate refused: " + describe(exc)
+                return Outcome(task.id, task.lease_token, "FAILED", error)
+        try:
+            before = registration.step("before_execute")
+            if before is not None:
+                await call_step(before, ctx)
+            execute = registration.step("execute")
+            assert execute is not None
+            if registration.timeout is None:
+                await call_step(execute, ctx)
+            else:
+                await asyncio.wait_for(call_step(execute, ctx), registration.timeout)
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            error = f"timed out after {registration.timeout}s"
+            return retry_outcome(task, registration.retry, error)
+        except Exception as exc:
+            ctx.logger.warning("attempt %s failed: %s", task.attempt, exc)
+            return retry_outcome(task, registration.retry, describe(exc))
+        after = registration.step("after_execute")
+        if after is not None:
+            try:
+                await call_step(after, ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                ctx.logger.error("after_execute failed (the task is complete): %s", exc)
+                error = "after_execute failed: " + describe(exc)
+                return Outcome(task.id, task.lease_token, "COMPLETED", error)
+        return Outcome(task.id, task.lease_token, "COMPLETED")
+
+
+def retry_outcome_for(outcome: Outcome, policy: RetryPolicy, error: str) -> Outcome:
+    return Outcome(outcome.task_id, outcome.lease_token, "RETRY", error, policy.delay(1))

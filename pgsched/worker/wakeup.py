@@ -1,0 +1,64 @@
+"""LISTEN/NOTIFY wake-ups. A hint, never the truth: the lane loops also poll.
+
+One dedicated autocommit connection (TCP keepalives on) listens to the lanes' channels.
+When it drops (server restart, `pg_terminate_backend`, network) it reconnects with
+backoff, and wakes every lane once on reconnecting, since notifications sent while it was
+gone are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+from psycopg import sql
+
+from pgsched.lanes import Lane
+
+log = logging.getLogger("pgsched.worker.wakeup")
+
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+class Wakeups:
+    def __init__(self, dsn: str, lanes: tuple[Lane, ...]) -> None:
+        self._dsn = dsn
+        self._by_channel = {lane.channel: lane for lane in lanes}
+        self.events = {lane: asyncio.Event() for lane in lanes}
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+
+    def wake_all(self) -> None:
+        for event in self.events.values():
+            event.set()
+
+    async def run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                conninfo = psycopg.conninfo.make_conninfo(self._dsn, **KEEPALIVES)
+                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                async with conn:
+                    for channel in self._by_channel:
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self.connected.set()
+                    self.wake_all()
+                    backoff = 0.05
+                    async for note in conn.notifies():
+                        lane = self._by_channel.get(note.channel)
+                        if lane is not None:
+                            self.events[lane].set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.connected.clear()
+                self.reconnects += 1
+                log.warning("listener connection lost (%s); reconnecting in %.2fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
