@@ -365,3 +365,28 @@ def dead_discard(ctx: click.Context, task_id: int, reason: str) -> None:
         _fail(str(exc))
         return
     click.echo(f"discarded {task_id}")
+
+
+@main.command()
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """The main job: schedule a mix of work, run it, show what happened."""
+    import logging
+
+    from pgsched.demo import run_demo
+
+    logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
+    dsn = _dsn(ctx)
+    click.echo(f"database: {dsn}")
+    figures = run_demo(dsn, echo=click.echo)
+    click.echo("\nper lane (this run's tasks):")
+    columns = ["lane", "completed", "dead", "hot_waiting", "cold_waiting"]
+    click.echo(render_table(figures["per_lane"], columns))
+    click.echo("\nlateness, start - scheduled time (ms):")
+    click.echo(
+        render_table(
+            figures["lateness"], ["lane", "due", "runs", "p50_ms", "p95_ms", "p99_ms", "max_ms"]
+        )
+    )
+    click.echo("\npgsched status:")
+    ctx.invoke(status, as_json=False)
