@@ -2,7 +2,9 @@
 
 from pgsched.app import App
 from pgsched.errors import InvalidTaskError, PgschedError, TaskNotFoundError, TaskStateError
+from pgsched.handlers import TaskContext, TaskHandler
 from pgsched.lanes import Lane
+from pgsched.retry import RetryPolicy
 from pgsched.tasks import TaskSpec
 
 __all__ = [
@@ -10,6 +12,9 @@ __all__ = [
     "InvalidTaskError",
     "Lane",
     "PgschedError",
+    "RetryPolicy",
+    "TaskContext",
+    "TaskHandler",
     "TaskNotFoundError",
     "TaskSpec",
     "TaskStateError",
