@@ -130,6 +130,16 @@ def down() -> None:
 @click.option("--lane", default=None, help="Force a lane (BATCH).")
 @click.option("--max-attempts", type=int, default=3, show_default=True)
 @click.option("--metadata", default="{}", help="Metadata, as a JSON object.")
+@click.option(
+    "--cron", "cron_expression", default=None, help="Recurring: a 5-field cron expression."
+)
+@click.option(
+    "--misfire",
+    type=click.Choice(["run_once", "skip", "catch_up"]),
+    default="run_once",
+    show_default=True,
+    help="Recurring: what to do with fire times missed during downtime.",
+)
 @click.pass_context
 def schedule(
     ctx: click.Context,
@@ -143,8 +153,11 @@ def schedule(
     lane: str | None,
     max_attempts: int,
     metadata: str,
+    cron_expression: str | None,
+    misfire: str,
 ) -> None:
-    """Schedule a task; prints its id."""
+    """Schedule a task (prints its id), or with --cron a recurring schedule (prints
+    "schedule N"; --tz is its IANA zone, default UTC)."""
     try:
         payload_value = json.loads(payload)
     except json.JSONDecodeError as exc:
@@ -154,6 +167,28 @@ def schedule(
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--metadata") from None
     dsn = _dsn(ctx)
+    if cron_expression is not None:
+        if when is not None:
+            raise click.UsageError("--at and --cron exclude each other")
+        try:
+            schedule_id = App(dsn).schedule_recurring(
+                task_type,
+                cron_expression,
+                timezone=zone or "UTC",
+                payload=payload_value,
+                tenant_id=tenant,
+                priority=priority,
+                idempotency_key=idempotency_key,
+                misfire_policy=misfire,
+                max_attempts=max_attempts,
+                lane=lane,
+                metadata=metadata_value,
+            )
+        except PgschedError as exc:
+            _fail(str(exc))
+            return
+        click.echo(f"schedule {schedule_id}")
+        return
     run_at = parse_when(when, zone, dsn)
     try:
         task_id = App(dsn).schedule(
@@ -265,6 +300,7 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
 @click.option("--batch-concurrency", type=int, default=4, show_default=True)
 @click.option("--batch-rate", type=float, default=200.0, show_default=True, help="BATCH starts/s.")
 @click.option("--worker-id", default=None)
+@click.option("--sweeps", is_flag=True, help="Also run the sweeps (one leader is elected).")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.pass_context
 def worker(
@@ -279,6 +315,7 @@ def worker(
     batch_concurrency: int,
     batch_rate: float,
     worker_id: str | None,
+    sweeps: bool,
     log_level: str,
 ) -> None:
     """Run tasks of the given lanes until SIGTERM / SIGINT."""
@@ -303,6 +340,7 @@ def worker(
             batch_concurrency=batch_concurrency,
             batch_rate=batch_rate if batch_rate > 0 else None,
             worker_id=worker_id,
+            run_sweeps=sweeps,
         )
     except ValueError as exc:
         _fail(str(exc))
@@ -390,3 +428,129 @@ def demo(ctx: click.Context) -> None:
     )
     click.echo("\npgsched status:")
     ctx.invoke(status, as_json=False)
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="Run every sweep once (if elected) and exit.")
+@click.option("--promotion-interval", type=float, default=3600.0, show_default=True)
+@click.option("--recurring-interval", type=float, default=60.0, show_default=True)
+@click.option("--rescue-interval", type=float, default=60.0, show_default=True)
+@click.option("--retention-interval", type=float, default=3600.0, show_default=True)
+@click.option("--retention-days", type=float, default=30.0, show_default=True)
+@click.option("--leader-retry", type=float, default=5.0, show_default=True)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.pass_context
+def scheduler(
+    ctx: click.Context,
+    once: bool,
+    promotion_interval: float,
+    recurring_interval: float,
+    rescue_interval: float,
+    retention_interval: float,
+    retention_days: float,
+    leader_retry: float,
+    log_level: str,
+) -> None:
+    """Run the sweeps (promotion, recurring, rescue, retention) while elected leader."""
+    import logging
+    import signal
+    from datetime import timedelta
+
+    from pgsched.sweeps import (
+        PromotionSweep,
+        RecurringSweep,
+        RescueSweep,
+        RetentionSweep,
+        Scheduler,
+        Sweep,
+    )
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    dsn = _dsn(ctx)
+    sweeps: list[Sweep] = [
+        PromotionSweep(interval=promotion_interval),
+        RecurringSweep(interval=recurring_interval),
+        RescueSweep(interval=rescue_interval),
+        RetentionSweep(interval=retention_interval, keep=timedelta(days=retention_days)),
+    ]
+    if once:
+        from pgsched.sweeps import run_all_once
+
+        for name, counts in run_all_once(dsn, sweeps).items():
+            click.echo(f"{name}: {json.dumps(counts)}")
+        return
+    runner = Scheduler(dsn, sweeps, leader_retry=leader_retry)
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+    signal.signal(signal.SIGINT, lambda *_: runner.stop())
+    runner.run()
+
+
+@main.command()
+@click.option("--type", "task_type", default=None)
+@click.option("--tenant", default=None)
+@click.option("--task", "task_id", type=int, default=None)
+@click.option("--since", default=None, help="ISO time (with offset) or +/-duration like -7d.")
+@click.option("--until", default=None)
+@click.option("--status", "outcome", default=None, help="COMPLETED, FAILED, QUEUED, RUNNING, ...")
+@click.option("--limit", "max_rows", type=int, default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def history(
+    ctx: click.Context,
+    task_type: str | None,
+    tenant: str | None,
+    task_id: int | None,
+    since: str | None,
+    until: str | None,
+    outcome: str | None,
+    max_rows: int,
+    as_json: bool,
+) -> None:
+    """Did it run? Each run: scheduled, started, finished, lateness, worker, outcome."""
+    dsn = _dsn(ctx)
+    rows = App(dsn).history(
+        task_type=task_type,
+        tenant_id=tenant,
+        task_id=task_id,
+        since=_history_time(since, "--since"),
+        until=_history_time(until, "--until"),
+        outcome=outcome.upper() if outcome else None,
+        max_rows=max_rows,
+    )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    for row in rows:
+        row["detail"] = (row["detail"] or "").splitlines()[0][:60] if row["detail"] else "-"
+    columns = [
+        "task_id",
+        "tenant_id",
+        "task_type",
+        "attempt",
+        "scheduled_for",
+        "started_at",
+        "finished_at",
+        "lateness_ms",
+        "worker",
+        "outcome",
+        "detail",
+    ]
+    click.echo(render_table(rows, columns))
+
+
+def _history_time(text: str | None, hint: str) -> datetime | None:
+    if text is None:
+        return None
+    match = re.match(r"^([+-])(\d+(?:\.\d+)?)\s*(s|m|h|d)$", text.strip())
+    if match:
+        amount = float(match[2]) * (-1 if match[1] == "-" else 1)
+        return datetime.now(UTC) + timedelta(**{_UNITS[match[3]]: amount})
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a time", param_hint=hint) from None
+    if moment.utcoffset() is None:
+        raise click.BadParameter(f"{text!r} has no UTC offset", param_hint=hint)
+    return moment

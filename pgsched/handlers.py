@@ -42,6 +42,7 @@ class TaskRow:
     priority: int
     idempotency_key: str | None
     lease_token: Any
+    schedule_id: int | None = None
 
 
 class TaskContext:

@@ -63,7 +63,8 @@ SELECT
     lane,
     priority,
     idempotency_key,
-    lease_token
+    lease_token,
+    schedule_id
 FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s);
 
 -- name: lane_next_due
@@ -159,3 +160,107 @@ WHERE
         t.status = 'PROCESSING'
         OR (t.status = 'QUEUED' AND t.next_run_at <= %(horizon)s)
     );
+
+-- name: schedule_recurring
+SELECT pgsched.schedule_recurring(
+    task_type => %(task_type)s,
+    cron_expression => %(cron_expression)s,
+    timezone => %(timezone)s,
+    payload => %(payload)s,
+    tenant_id => %(tenant_id)s,
+    priority => %(priority)s,
+    idempotency_key => %(idempotency_key)s,
+    misfire_policy => %(misfire_policy)s,
+    max_attempts => %(max_attempts)s,
+    lane => %(lane)s,
+    metadata => %(metadata)s,
+    catch_up_limit => %(catch_up_limit)s,
+    first_fire_at => %(first_fire_at)s
+) AS schedule_id;
+
+-- name: schedules_unarmed
+SELECT
+    id,
+    cron_expression,
+    timezone,
+    misfire_policy::text AS misfire_policy,
+    catch_up_limit,
+    last_fire_at,
+    armed_task_id,
+    created_at
+FROM pgsched.schedules_unarmed(%(max_rows)s);
+
+-- name: schedule_for_task
+SELECT
+    s.id,
+    s.cron_expression,
+    s.timezone,
+    s.misfire_policy::text AS misfire_policy,
+    s.catch_up_limit,
+    s.last_fire_at,
+    s.armed_task_id,
+    s.created_at
+FROM pgsched.schedules AS s
+WHERE s.armed_task_id = %(task_id)s AND s.enabled;
+
+-- name: schedule_arm
+SELECT pgsched.schedule_arm(
+    %(schedule_id)s,
+    %(expected_task_id)s,
+    %(fire_at)s,
+    %(missed)s::timestamptz[]
+) AS task_id;
+
+-- name: schedule_quarantine
+SELECT pgsched.schedule_quarantine(%(schedule_id)s, %(reason)s);
+
+-- name: task_promote_due
+SELECT pgsched.task_promote_due(%(max_tasks)s, NULL, %(within)s) AS promoted;
+
+-- name: task_wake_overdue
+SELECT
+    lane::text AS lane,
+    overdue
+FROM pgsched.task_wake_overdue(%(older_than)s);
+
+-- name: lease_rescue_all
+SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s) AS rescued;
+
+-- name: retention_prune
+SELECT
+    tasks,
+    events,
+    idempotency_keys,
+    occurrences
+FROM pgsched.retention_prune(%(keep)s, %(max_rows)s);
+
+-- name: sweep_leader_try
+SELECT pg_try_advisory_lock(%(key)s) AS leader;
+
+-- name: history
+SELECT
+    task_id,
+    schedule_id,
+    tenant_id,
+    task_type,
+    attempt,
+    scheduled_for,
+    started_at,
+    finished_at,
+    extract(EPOCH FROM lateness)::float8 * 1000 AS lateness_ms,
+    worker,
+    outcome,
+    detail
+FROM pgsched.run_history
+WHERE
+    (%(task_type)s::text IS NULL OR task_type = %(task_type)s)
+    AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+    AND (%(task_id)s::bigint IS NULL OR task_id = %(task_id)s)
+    AND (%(since)s::timestamptz IS NULL OR started_at >= %(since)s)
+    AND (%(until)s::timestamptz IS NULL OR started_at < %(until)s)
+    AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
+ORDER BY started_at DESC
+LIMIT %(max_rows)s;
+
+-- name: listen_recurring
+LISTEN pgsched_recurring;

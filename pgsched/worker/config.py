@@ -38,6 +38,8 @@ class WorkerConfig:
     batch_rate: float | None = 200.0
     rescue_interval: float = 5.0
     worker_id: str | None = None
+    # Also run the sweeps (one elected leader among all processes that do).
+    run_sweeps: bool = False
     lane_overrides: dict[Lane, LaneSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -13,15 +13,19 @@ import logging
 import os
 import signal
 import socket
+import threading
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.lanes import Lane
 from pgsched.queries import query
+from pgsched.recurring import arm_after_task
+from pgsched.sweeps import Scheduler
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.lanes import LaneLoop
 from pgsched.worker.leases import LeaseKeeper
@@ -47,6 +51,8 @@ class Worker:
         self._stop_requested: asyncio.Event | None = None
         self._signals = 0
         self._sync_pool: ConnectionPool | None = None
+        self._recurring: set[int] = set()
+        self._background: set[asyncio.Future[None]] = set()
         self.completed = 0
 
     # -- wiring -------------------------------------------------------------------------
@@ -92,13 +98,15 @@ class Worker:
             pool,
             self.config.flush_size,
             self.config.flush_interval,
-            on_flushed=lambda batch: self._forget(keeper, [o.task_id for o in batch]),
+            on_flushed=lambda batch: self._after_flush(keeper, batch),
         )
         runner = TaskRunner(
             self.worker_id,
             self.registry.get,
             record=buffer.add,
-            written=lambda task_id: self._forget(keeper, [task_id]),
+            written=lambda task_id: self._after_flush(
+                keeper, [Outcome(task_id, None, "COMPLETED")]
+            ),
             connections=ConnectionSource(pool, self._sync_pool_factory),
         )
         wakeups = Wakeups(self.dsn, lanes)
@@ -128,6 +136,8 @@ class Worker:
             return row[0], row[1]
 
         def start(task: TaskRow, done: Any) -> None:
+            if task.schedule_id is not None:
+                self._recurring.add(task.id)
             handle = asyncio.create_task(runner.run(task))
             self._running[task.id] = (handle, task)
 
@@ -156,6 +166,9 @@ class Worker:
             asyncio.create_task(self._rescue_loop(pool), name="pgsched-rescue"),
         ]
         claimers = [asyncio.create_task(lp.run(), name=f"pgsched-{lp.lane}") for lp in loops]
+        scheduler = Scheduler(self.dsn) if self.config.run_sweeps else None
+        if scheduler is not None:
+            threading.Thread(target=scheduler.run, name="pgsched-sweeps", daemon=True).start()
         log.info("worker %s running lanes %s", self.worker_id, ",".join(lanes))
         try:
             await self._stop_requested.wait()
@@ -163,7 +176,11 @@ class Worker:
             for task in claimers:
                 task.cancel()
             await asyncio.gather(*claimers, return_exceptions=True)
+            if scheduler is not None:
+                scheduler.stop()
             await self._drain(buffer)
+            if self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -195,9 +212,29 @@ class Worker:
             )
         await buffer.flush()
 
-    def _forget(self, keeper: LeaseKeeper, task_ids: list[int]) -> None:
-        for task_id in task_ids:
-            keeper.drop(task_id)
+    def _after_flush(self, keeper: LeaseKeeper, batch: list[Outcome]) -> None:
+        """Outcomes are written: drop their leases; advance the recurring ones that finished."""
+        advance: list[int] = []
+        for outcome in batch:
+            keeper.drop(outcome.task_id)
+            if outcome.task_id in self._recurring:
+                self._recurring.discard(outcome.task_id)
+                if outcome.outcome == "COMPLETED":
+                    advance.append(outcome.task_id)
+        if advance:
+            # The schedule advances only once the work finished. Should this process die
+            # first, the recurring sweep arms the next occurrence within its interval.
+            task = asyncio.get_running_loop().run_in_executor(None, self._arm_next, advance)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    def _arm_next(self, task_ids: list[int]) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                for task_id in task_ids:
+                    arm_after_task(conn, task_id)
+        except psycopg.Error as exc:
+            log.warning("arming the next occurrence failed (%s); the sweep will", exc)
 
     async def _rescue_loop(self, pool: AsyncConnectionPool) -> None:
         """Expired leases of this worker's lanes go back to be claimed (or to DEAD)."""

@@ -1,0 +1,119 @@
+"""Recurring schedules: which occurrence to arm next, and arming it.
+
+The next occurrence is armed when the current one has finished (by the worker right after
+the completion is written, or by the recurring sweep within a minute if that worker died),
+so the schedule advances only when the work finished and one schedule never runs two
+occurrences at once. Arming is a compare-and-set in `pgsched.schedule_arm`, and each
+(schedule, fire time) has one row in `pgsched.schedule_occurrences`: several schedulers can
+race, crash and restart without ever creating an occurrence twice.
+
+Misfires (fire times that passed while nothing ran, older than `MISFIRE_GRACE`), per schedule:
+
+    run_once  (default) one run now stands for all that were missed; the rest are recorded
+    skip      every missed fire time is recorded; the next future one is armed
+    catch_up  each missed fire time runs, oldest first, at most `catch_up_limit` of them
+              (older ones beyond the cap are recorded as missed)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from pgsched.cron import CronError, parse
+from pgsched.queries import query
+
+log = logging.getLogger("pgsched.recurring")
+
+MISFIRE_GRACE = timedelta(seconds=60)
+MAX_MISSED_RECORDED = 10_000
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    id: int
+    cron_expression: str
+    timezone: str
+    misfire_policy: str
+    catch_up_limit: int
+    last_fire_at: datetime | None
+    armed_task_id: int | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    fire_at: datetime
+    missed: list[datetime]
+
+
+def plan_next(schedule: ScheduleRow, now: datetime) -> ArmPlan:
+    """The occurrence to arm next and the fire times to record as missed. Raises CronError
+    when the row's expression or zone is unusable (the caller quarantines it)."""
+    cron = parse(schedule.cron_expression, schedule.timezone)
+    after = schedule.last_fire_at or schedule.created_at
+    cutoff = now - MISFIRE_GRACE
+    missed: list[datetime] = []
+    upcoming: datetime | None = None
+    for fire in cron.fires_after(after):
+        if fire >= cutoff:
+            upcoming = fire
+            break
+        missed.append(fire)
+        if len(missed) > MAX_MISSED_RECORDED:
+            missed.pop(0)  # a very long outage: keep the newest ones
+    if upcoming is None and not missed:
+        raise CronError(f"cron expression {schedule.cron_expression!r} never fires again")
+    if not missed:
+        assert upcoming is not None
+        return ArmPlan(upcoming, [])
+    policy = schedule.misfire_policy
+    if policy == "skip":
+        future = upcoming if upcoming is not None else cron.next_fire(now)
+        return ArmPlan(future, missed)
+    if policy == "catch_up":
+        keep = missed[-schedule.catch_up_limit :]
+        return ArmPlan(keep[0], missed[: len(missed) - len(keep)])
+    # run_once: the newest missed fire time runs now and stands for the others.
+    return ArmPlan(missed[-1], missed[:-1])
+
+
+def arm(
+    conn: psycopg.Connection[Any], schedule: ScheduleRow, now: datetime | None = None
+) -> int | None:
+    """Arm the schedule's next occurrence; returns the task id, or None when another
+    scheduler got there first. A schedule whose row cannot be computed is quarantined."""
+    now = now or datetime.now(UTC)
+    try:
+        plan = plan_next(schedule, now)
+    except CronError as exc:
+        log.error("schedule %s quarantined: %s", schedule.id, exc)
+        conn.execute(query("schedule_quarantine"), {"schedule_id": schedule.id, "reason": str(exc)})
+        return None
+    row = conn.execute(
+        query("schedule_arm"),
+        {
+            "schedule_id": schedule.id,
+            "expected_task_id": schedule.armed_task_id,
+            "fire_at": plan.fire_at,
+            "missed": plan.missed,
+        },
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def arm_after_task(conn: psycopg.Connection[Any], task_id: int) -> int | None:
+    """Arm the next occurrence of the schedule whose current occurrence was `task_id`."""
+    row = conn.execute(query("schedule_for_task"), {"task_id": task_id}).fetchone()
+    if row is None:
+        return None
+    return arm(conn, ScheduleRow(*row))
+
+
+def first_fire(cron_expression: str, timezone: str, now: datetime | None = None) -> datetime:
+    """The first fire time of a new schedule (checks the expression and zone)."""
+    return parse(cron_expression, timezone).next_fire(now or datetime.now(UTC))
