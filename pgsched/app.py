@@ -121,9 +121,14 @@ class App:
         max_attempts: int = 3,
         lane: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        scope: str = "tenant",
+        product: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
-        """Schedule one task; returns its id (the existing id for a repeated key)."""
+        """Schedule one task; returns its id (the existing id for a repeated key).
+
+        scope="product" (with product=...) or scope="global" runs it once for every active
+        tenant of that product, or of all products, each tenant with its own outcome."""
         spec = _spec(
             {
                 "task_type": task_type,
@@ -147,6 +152,8 @@ class App:
             "max_attempts": spec.max_attempts,
             "lane": spec.lane,
             "metadata": Jsonb(spec.metadata),
+            "scope": scope,
+            "product": product,
         }
         with self._connection(conn) as c:
             try:
@@ -213,6 +220,8 @@ class App:
         max_attempts: int = 3,
         lane: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        scope: str = "tenant",
+        product: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
         """Create a recurring schedule; its first occurrence is armed at once. Returns the
@@ -250,6 +259,8 @@ class App:
             "metadata": Jsonb(spec.metadata),
             "catch_up_limit": catch_up_limit,
             "first_fire_at": first,
+            "scope": scope,
+            "product": product,
         }
         with self._connection(conn) as c:
             try:
@@ -322,3 +333,33 @@ class App:
             except psycopg.Error as exc:
                 raise translate(exc) from exc
         return task_id
+
+    def tenant_add(
+        self, tenant_id: str, product: str, metadata: Mapping[str, Any] | None = None
+    ) -> str:
+        """Register (or update and re-activate) a tenant of a product."""
+        with psycopg.connect(self.dsn) as c:
+            try:
+                c.execute(
+                    query("tenant_add"),
+                    {
+                        "tenant_id": tenant_id,
+                        "product": product,
+                        "metadata": Jsonb(dict(metadata or {})),
+                    },
+                )
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        return tenant_id
+
+    def tenant_set_active(self, tenant_id: str, active: bool) -> str:
+        with psycopg.connect(self.dsn) as c:
+            try:
+                c.execute(query("tenant_set_active"), {"tenant_id": tenant_id, "active": active})
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        return tenant_id
+
+    def tenants(self) -> list[dict[str, Any]]:
+        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query("tenant_list")).fetchall()

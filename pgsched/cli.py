@@ -134,6 +134,14 @@ def down() -> None:
     "--cron", "cron_expression", default=None, help="Recurring: a 5-field cron expression."
 )
 @click.option(
+    "--scope",
+    type=click.Choice(["tenant", "product", "global"]),
+    default="tenant",
+    show_default=True,
+    help="One tenant, every active tenant of --product, or every active tenant.",
+)
+@click.option("--product", default=None, help="With --scope product.")
+@click.option(
     "--misfire",
     type=click.Choice(["run_once", "skip", "catch_up"]),
     default="run_once",
@@ -154,6 +162,8 @@ def schedule(
     max_attempts: int,
     metadata: str,
     cron_expression: str | None,
+    scope: str,
+    product: str | None,
     misfire: str,
 ) -> None:
     """Schedule a task (prints its id), or with --cron a recurring schedule (prints
@@ -183,6 +193,8 @@ def schedule(
                 max_attempts=max_attempts,
                 lane=lane,
                 metadata=metadata_value,
+                scope=scope,
+                product=product,
             )
         except PgschedError as exc:
             _fail(str(exc))
@@ -201,6 +213,8 @@ def schedule(
             max_attempts=max_attempts,
             lane=lane,
             metadata=metadata_value,
+            scope=scope,
+            product=product,
         )
     except PgschedError as exc:
         _fail(str(exc))
@@ -554,3 +568,52 @@ def _history_time(text: str | None, hint: str) -> datetime | None:
     if moment.utcoffset() is None:
         raise click.BadParameter(f"{text!r} has no UTC offset", param_hint=hint)
     return moment
+
+
+@main.group()
+def tenants() -> None:
+    """The tenant registry: who product and global tasks run for."""
+
+
+@tenants.command("add")
+@click.argument("tenant_id")
+@click.option("--product", required=True)
+@click.option("--metadata", default="{}", help="A JSON object.")
+@click.pass_context
+def tenants_add(ctx: click.Context, tenant_id: str, product: str, metadata: str) -> None:
+    """Register a tenant (or update and re-activate it)."""
+    try:
+        metadata_value = json.loads(metadata)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--metadata") from None
+    try:
+        App(_dsn(ctx.find_root())).tenant_add(tenant_id, product, metadata_value)
+    except PgschedError as exc:
+        _fail(str(exc))
+        return
+    click.echo(f"tenant {tenant_id} ({product}) active")
+
+
+@tenants.command("disable")
+@click.argument("tenant_id")
+@click.pass_context
+def tenants_disable(ctx: click.Context, tenant_id: str) -> None:
+    """Stop running product/global tasks for a tenant (its own tasks are unaffected)."""
+    try:
+        App(_dsn(ctx.find_root())).tenant_set_active(tenant_id, False)
+    except PgschedError as exc:
+        _fail(str(exc))
+        return
+    click.echo(f"tenant {tenant_id} disabled")
+
+
+@tenants.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def tenants_list(ctx: click.Context, as_json: bool) -> None:
+    """Every tenant, by product."""
+    rows = App(_dsn(ctx.find_root())).tenants()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    click.echo(render_table(rows, ["tenant_id", "product", "active", "created_at"]))

@@ -43,6 +43,9 @@ class TaskRow:
     idempotency_key: str | None
     lease_token: Any
     schedule_id: int | None = None
+    scope: str = "tenant"
+    # Set when this (tenant, type, key) already completed: the run is a recorded no-op.
+    done_by: int | None = None
 
 
 class TaskContext:
@@ -51,9 +54,12 @@ class TaskContext:
     the task's completion is written too, so the handler's writes and the completion
     commit together or not at all."""
 
-    def __init__(self, task: TaskRow, worker_id: str, connection: Any = None) -> None:
+    def __init__(
+        self, task: TaskRow, worker_id: str, connection: Any = None, dsn: str | None = None
+    ) -> None:
         self.task = task
         self.worker_id = worker_id
+        self.dsn = dsn
         self.logger = logging.LoggerAdapter(
             logging.getLogger(f"pgsched.task.{task.task_type}"),
             {"task_id": task.id, "tenant_id": task.tenant_id, "attempt": task.attempt},
@@ -71,13 +77,61 @@ class TaskContext:
 
     @property
     def connection(self) -> Any:
-        """A sync handler gets a `psycopg.Connection`, an async one an `AsyncConnection`."""
+        """A sync handler gets a `psycopg.Connection`, an async one an `AsyncConnection`.
+
+        Its session setting `pgsched.tenant_id` is the task's tenant (for the transaction),
+        so row-level-security policies on your own tables can use
+        `current_setting('pgsched.tenant_id')`.
+        """
         if self._connection is None:
             raise RuntimeError(
                 f"no connection for task type {self.task.task_type!r}: register its handler "
                 "with transactional=True to get one that commits with the completion"
             )
         return self._connection
+
+    def once(self, key: str) -> bool:
+        """True the first time this (tenant, task type, key) is asked for, ever; False
+        after. Guard a side effect that must not happen twice (a duplicate is worse than a
+        miss). Blocking: from an async handler use `await ctx.aonce(key)`."""
+        return bool(self._once(key))
+
+    async def aonce(self, key: str) -> bool:
+        return bool(await self._aonce(key))
+
+    def _once(self, key: str) -> Any:
+        import psycopg
+
+        from pgsched.queries import query
+
+        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+            row = conn.execute(query("work_once"), self._once_params(key)).fetchone()
+        return row and row[0]
+
+    async def _aonce(self, key: str) -> Any:
+        import psycopg
+
+        from pgsched.queries import query
+
+        async with await psycopg.AsyncConnection.connect(self._dsn(), autocommit=True) as conn:
+            cur = await conn.execute(query("work_once"), self._once_params(key))
+            row = await cur.fetchone()
+        return row and row[0]
+
+    def _once_params(self, key: str) -> dict[str, Any]:
+        if not key:
+            raise ValueError("ctx.once needs a non-empty key")
+        return {
+            "tenant_id": self.task.tenant_id,
+            "task_type": self.task.task_type,
+            "key": key,
+            "task_id": self.task.id,
+        }
+
+    def _dsn(self) -> str:
+        if self.dsn is None:
+            raise RuntimeError("this context has no database to record once-keys in")
+        return self.dsn
 
 
 class TaskHandler:

@@ -68,9 +68,19 @@ CREATE TABLE pgsched.tasks (
     locked_by text,
     lease_token uuid,
     lease_expires_at timestamptz,
+    -- Who the work is for: one tenant, every active tenant of a product, or every active
+    -- tenant (global). A product/global task fans out into one child task per tenant.
+    scope text NOT NULL DEFAULT 'tenant',
+    product text,
+    parent_id bigint,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT tasks_pkey PRIMARY KEY (id, status),
+    CONSTRAINT tasks_scope_known CHECK (
+        (scope = 'tenant' AND product IS NULL)
+        OR (scope = 'product' AND product IS NOT NULL)
+        OR (scope = 'global' AND product IS NULL)
+    ),
     CONSTRAINT tasks_priority_range CHECK (priority BETWEEN 0 AND 10),
     CONSTRAINT tasks_attempts_sane CHECK (attempts >= 0 AND max_attempts >= 1),
     CONSTRAINT tasks_lane_matches_priority CHECK (
@@ -116,6 +126,16 @@ CREATE INDEX tasks_cold_due_idx ON pgsched.tasks_cold (next_run_at);
 -- The DEAD lane: terminal failures, newest first.
 CREATE INDEX tasks_done_dead_idx ON pgsched.tasks_done (task_type, updated_at)
 WHERE status = 'FAILED';
+
+-- Children of a fan-out, by parent (few rows: a partial index).
+CREATE INDEX tasks_parent_idx ON pgsched.tasks (parent_id) WHERE parent_id IS NOT NULL;
+
+-- Producer logins bound to tenants: such a login may schedule only for these tenants.
+CREATE TABLE pgsched.producer_tenants (
+    role_name name NOT NULL,
+    tenant_id text NOT NULL,
+    PRIMARY KEY (role_name, tenant_id)
+);
 
 -- Tenant-scoped idempotency keys. A global unique key cannot live on the partitioned
 -- table (it would have to include the status), so the key owns a row of its own that

@@ -23,12 +23,20 @@ CREATE FUNCTION pgsched.task_input_problem(
     lane text,
     metadata jsonb,
     idempotency_key text,
-    max_payload_bytes bigint
+    max_payload_bytes bigint,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
 ) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE
         WHEN task_type IS NULL THEN 'task_type is required'
+        WHEN scope IS NULL OR scope NOT IN ('tenant', 'product', 'global') THEN format(
+            'unknown scope %L (tenant, product or global)', scope)
+        WHEN scope = 'product' AND (product IS NULL OR product !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$')
+            THEN format('scope product needs a plain product name, got %L', product)
+        WHEN scope <> 'product' AND product IS NOT NULL THEN
+            'product is only given with scope product'
         WHEN task_type !~ '^[A-Za-z_][A-Za-z0-9_.]{0,99}$' THEN format(
             'task_type %L is not a plain identifier '
             '(letters, digits, _ and ., starting with a letter or _, at most 100 characters)',
@@ -103,6 +111,23 @@ AS $$
     END
 $$;
 
+-- Refuses tenants that a bound producer login may not schedule for; unbound logins pass.
+CREATE FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT format(
+        'role %s may only schedule for tenant(s) %s, not %s',
+        session_user,
+        (SELECT string_agg(b.tenant_id, ', ' ORDER BY b.tenant_id)
+           FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user),
+        u.t)
+      FROM unnest(tenant_ids) AS u(t)
+     WHERE EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user)
+       AND NOT EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b
+                        WHERE b.role_name = session_user AND b.tenant_id = coalesce(u.t, 'default'))
+     LIMIT 1
+$$;
+
 -- The bulk path, and the one place tasks are created. Arrays are parallel (one element
 -- per task); any array but task_types may be NULL for "all defaults". Every row is checked
 -- first and one bad row refuses the whole batch. Returns, per input row, the task id and
@@ -117,7 +142,9 @@ CREATE FUNCTION pgsched.schedule_tasks(
     max_attempts bigint[] DEFAULT NULL,
     lanes text[] DEFAULT NULL,
     metadatas jsonb[] DEFAULT NULL,
-    as_of timestamptz DEFAULT NULL
+    as_of timestamptz DEFAULT NULL,
+    scopes text[] DEFAULT NULL,
+    products text[] DEFAULT NULL
 ) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
 LANGUAGE plpgsql
 AS $$
@@ -129,6 +156,7 @@ DECLARE
     created_ids bigint[];
     wake_lanes pgsched.task_lane[];
     bad record;
+    bad_text text;
 BEGIN
     IF n = 0 THEN
         RETURN;
@@ -136,22 +164,36 @@ BEGIN
     IF coalesce(cardinality(payloads), n) <> n OR coalesce(cardinality(run_ats), n) <> n
        OR coalesce(cardinality(tenant_ids), n) <> n OR coalesce(cardinality(priorities), n) <> n
        OR coalesce(cardinality(idempotency_keys), n) <> n OR coalesce(cardinality(max_attempts), n) <> n
-       OR coalesce(cardinality(lanes), n) <> n OR coalesce(cardinality(metadatas), n) <> n THEN
+       OR coalesce(cardinality(lanes), n) <> n OR coalesce(cardinality(metadatas), n) <> n
+       OR coalesce(cardinality(scopes), n) <> n OR coalesce(cardinality(products), n) <> n THEN
         RAISE EXCEPTION 'pgsched: every array passed to schedule_tasks must have % elements, like task_types', n
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT * INTO cfg FROM pgsched.settings;
+
+    -- A product or global task belongs to no single tenant: it runs as the reserved '_all'.
+    IF scopes IS NOT NULL THEN
+        tenant_ids := ARRAY(
+            SELECT CASE WHEN coalesce(u.scope, 'tenant') = 'tenant' THEN u.tenant_id ELSE '_all' END
+              FROM unnest(coalesce(tenant_ids, array_fill(NULL::text, ARRAY[n])), scopes) AS u(tenant_id, scope));
+    END IF;
+
+    bad_text := pgsched.producer_tenant_problem(coalesce(tenant_ids, ARRAY['default']));
+    IF bad_text IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', bad_text USING ERRCODE = 'insufficient_privilege';
+    END IF;
 
     SELECT u.ord, u.problem INTO bad
       FROM (
         SELECT i.ord, pgsched.task_input_problem(
                    i.task_type, coalesce(i.payload, '{}'), coalesce(i.tenant_id, 'default'),
                    coalesce(i.priority, 5), coalesce(i.max_attempts, 3), i.lane,
-                   coalesce(i.metadata, '{}'), i.idempotency_key, cfg.max_payload_bytes) AS problem
+                   coalesce(i.metadata, '{}'), i.idempotency_key, cfg.max_payload_bytes,
+                   coalesce(i.scope, 'tenant'), i.product) AS problem
           FROM unnest(task_types, payloads, tenant_ids, priorities, max_attempts, lanes,
-                      metadatas, idempotency_keys)
+                      metadatas, idempotency_keys, scopes, products)
                WITH ORDINALITY AS i(task_type, payload, tenant_id, priority, max_attempts, lane,
-                                    metadata, idempotency_key, ord)
+                                    metadata, idempotency_key, scope, product, ord)
       ) AS u
      WHERE u.problem IS NOT NULL
      ORDER BY u.ord
@@ -176,11 +218,13 @@ BEGIN
                i.idempotency_key,
                coalesce(i.max_attempts, 3) AS max_attempts,
                pgsched.lane_for(coalesce(i.priority, 5), i.lane) AS lane,
-               coalesce(i.metadata, '{}') AS metadata
+               coalesce(i.metadata, '{}') AS metadata,
+               coalesce(i.scope, 'tenant') AS scope,
+               i.product
           FROM unnest(ids, task_types, payloads, run_ats, tenant_ids, priorities,
-                      idempotency_keys, max_attempts, lanes, metadatas)
+                      idempotency_keys, max_attempts, lanes, metadatas, scopes, products)
                AS i(id, task_type, payload, run_at, tenant_id, priority,
-                    idempotency_key, max_attempts, lane, metadata)
+                    idempotency_key, max_attempts, lane, metadata, scope, product)
     ),
     -- A key taken by a concurrent transaction makes this insert wait for it: if it
     -- commits the key is a conflict (nothing inserted), if it rolls back the key is ours.
@@ -195,11 +239,11 @@ BEGIN
     inserted AS (
         INSERT INTO pgsched.tasks AS tk (
             id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane,
-            status, max_attempts, idempotency_key, created_at, updated_at
+            status, max_attempts, idempotency_key, scope, product, created_at, updated_at
         )
         SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
                (CASE WHEN i.run_at - t < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
-               i.max_attempts, i.idempotency_key, t, t
+               i.max_attempts, i.idempotency_key, i.scope, i.product, t, t
           FROM input AS i
          WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
         RETURNING tk.id, tk.lane, tk.next_run_at
@@ -226,7 +270,8 @@ END;
 $$;
 
 -- Schedule one task; returns its id (the existing task's id when the tenant already
--- used this idempotency key).
+-- used this idempotency key). scope => 'product' (with product => 'crm') or 'global'
+-- makes it run once for every active tenant of that product, or of all products.
 CREATE FUNCTION pgsched.schedule_task(
     task_type text,
     payload jsonb DEFAULT '{}',
@@ -237,7 +282,9 @@ CREATE FUNCTION pgsched.schedule_task(
     max_attempts bigint DEFAULT 3,
     lane text DEFAULT NULL,
     metadata jsonb DEFAULT '{}',
-    as_of timestamptz DEFAULT NULL
+    as_of timestamptz DEFAULT NULL,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql
 AS $$
@@ -252,7 +299,9 @@ AS $$
           max_attempts => ARRAY[max_attempts],
           lanes => ARRAY[lane],
           metadatas => ARRAY[metadata],
-          as_of => as_of
+          as_of => as_of,
+          scopes => ARRAY[scope],
+          products => ARRAY[product]
       ) AS s
 $$;
 
@@ -266,7 +315,13 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     current pgsched.task_status;
+    problem text;
 BEGIN
+    SELECT pgsched.producer_tenant_problem(ARRAY[tk.tenant_id]) INTO problem
+      FROM pgsched.tasks AS tk WHERE tk.id = cancel_task.task_id;
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+    END IF;
     UPDATE pgsched.tasks AS tk
        SET status = 'CANCELLED', status_reason = coalesce(cancel_task.reason, 'cancelled'),
            enabled = FALSE, updated_at = coalesce(cancel_task.as_of, now())

@@ -5,6 +5,17 @@
 -- outcome is a compare-and-set on (status = PROCESSING, lease_token): a worker whose lease
 -- was lost cannot overwrite what happened since; its stale report is recorded instead.
 
+-- The ledger of completed work: one row per completed (tenant, task type, idempotency key).
+-- A task claimed again whose key is here is completed as a recorded no-op.
+CREATE TABLE pgsched.completed_work (
+    tenant_id text NOT NULL,
+    task_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    task_id bigint NOT NULL,
+    completed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, task_type, idempotency_key)
+);
+
 -- The priorities of a lane, highest first.
 CREATE FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) RETURNS integer[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -161,7 +172,14 @@ BEGIN
           FROM unnest(task_ids, lease_tokens, outcomes, errors, retry_delays)
                AS u(id, token, outcome, error, delay)
          WHERE tk.id = u.id AND tk.status = 'PROCESSING' AND tk.lease_token = u.token
-        RETURNING tk.id
+        RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key
+    ),
+    ledger AS (
+        INSERT INTO pgsched.completed_work (tenant_id, task_type, idempotency_key, task_id, completed_at)
+        SELECT f.tenant_id, f.task_type, f.idempotency_key, f.id, t
+          FROM finished AS f
+         WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL
+        ON CONFLICT DO NOTHING
     )
     SELECT coalesce(array_agg(f.id), '{}') INTO done FROM finished AS f;
 

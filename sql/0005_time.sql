@@ -25,6 +25,8 @@ CREATE TABLE pgsched.schedules (
     misfire_policy pgsched.misfire_policy NOT NULL DEFAULT 'run_once',
     catch_up_limit integer NOT NULL DEFAULT 10 CHECK (catch_up_limit >= 1),
     idempotency_key text,
+    scope text NOT NULL DEFAULT 'tenant',
+    product text,
     enabled boolean NOT NULL DEFAULT TRUE,
     quarantine_reason text,
     -- The fire time of the armed occurrence (or of the last one armed).
@@ -113,7 +115,9 @@ CREATE FUNCTION pgsched.schedule_recurring(
     metadata jsonb DEFAULT '{}',
     catch_up_limit integer DEFAULT 10,
     first_fire_at timestamptz DEFAULT NULL,
-    as_of timestamptz DEFAULT NULL
+    as_of timestamptz DEFAULT NULL,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -127,7 +131,9 @@ BEGIN
             schedule_recurring.task_type, coalesce(schedule_recurring.payload, '{}'),
             schedule_recurring.tenant_id, schedule_recurring.priority, schedule_recurring.max_attempts,
             schedule_recurring.lane, coalesce(schedule_recurring.metadata, '{}'),
-            schedule_recurring.idempotency_key, (SELECT s.max_payload_bytes FROM pgsched.settings AS s)),
+            schedule_recurring.idempotency_key, (SELECT s.max_payload_bytes FROM pgsched.settings AS s),
+            schedule_recurring.scope, schedule_recurring.product),
+        pgsched.producer_tenant_problem(ARRAY[schedule_recurring.tenant_id]),
         pgsched.cron_problem(schedule_recurring.cron_expression),
         pgsched.timezone_problem(schedule_recurring.timezone),
         CASE WHEN schedule_recurring.misfire_policy IS NULL
@@ -144,14 +150,16 @@ BEGIN
 
     INSERT INTO pgsched.schedules AS s (
         tenant_id, task_type, cron_expression, timezone, payload, metadata, priority, lane,
-        max_attempts, misfire_policy, catch_up_limit, idempotency_key, created_at, updated_at
+        max_attempts, misfire_policy, catch_up_limit, idempotency_key, scope, product,
+        created_at, updated_at
     ) VALUES (
         schedule_recurring.tenant_id, schedule_recurring.task_type, btrim(schedule_recurring.cron_expression),
         schedule_recurring.timezone, coalesce(schedule_recurring.payload, '{}'),
         coalesce(schedule_recurring.metadata, '{}'), schedule_recurring.priority,
         pgsched.lane_for(schedule_recurring.priority, schedule_recurring.lane),
         schedule_recurring.max_attempts, schedule_recurring.misfire_policy::pgsched.misfire_policy,
-        schedule_recurring.catch_up_limit, schedule_recurring.idempotency_key, t, t
+        schedule_recurring.catch_up_limit, schedule_recurring.idempotency_key,
+        schedule_recurring.scope, schedule_recurring.product, t, t
     )
     ON CONFLICT ON CONSTRAINT schedules_key_per_tenant DO NOTHING
     RETURNING s.id INTO new_id;
@@ -190,7 +198,8 @@ DECLARE
     new_task bigint;
 BEGIN
     SELECT * INTO s FROM pgsched.schedules AS sc WHERE sc.id = schedule_arm.schedule_id FOR UPDATE;
-    IF NOT FOUND OR NOT s.enabled OR s.armed_task_id IS DISTINCT FROM schedule_arm.expected_task_id THEN
+    IF NOT FOUND OR NOT s.enabled OR s.armed_task_id IS DISTINCT FROM schedule_arm.expected_task_id
+       OR pgsched.occurrence_is_live(s.armed_task_id) THEN
         RETURN NULL;
     END IF;
 
@@ -222,7 +231,9 @@ BEGIN
         max_attempts => s.max_attempts,
         lane => CASE WHEN s.lane = 'BATCH' THEN 'BATCH' END,
         metadata => s.metadata,
-        as_of => t
+        as_of => t,
+        scope => s.scope,
+        product => s.product
     );
     UPDATE pgsched.tasks AS tk
        SET schedule_type = 'RECURRING', schedule_id = s.id,
@@ -237,6 +248,18 @@ BEGIN
 END;
 $$;
 
+-- An occurrence is live while its task, or any tenant's child task of its fan-out, is
+-- still to run or running: the next occurrence waits for every tenant's outcome.
+CREATE FUNCTION pgsched.occurrence_is_live(task_id bigint) RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT task_id IS NOT NULL AND EXISTS (
+        SELECT 1 FROM pgsched.tasks AS tk
+         WHERE tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+           AND (tk.id = occurrence_is_live.task_id OR tk.parent_id = occurrence_is_live.task_id)
+    )
+$$;
+
 -- Schedules that need arming: enabled, and with no live occurrence (new, re-enabled,
 -- their occurrence finished, or left unarmed by a crash).
 CREATE FUNCTION pgsched.schedules_unarmed(max_rows integer DEFAULT 500)
@@ -245,11 +268,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT s.*
       FROM pgsched.schedules AS s
-     WHERE s.enabled
-       AND (s.armed_task_id IS NULL
-            OR NOT EXISTS (
-                SELECT 1 FROM pgsched.tasks AS tk
-                 WHERE tk.id = s.armed_task_id AND tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')))
+     WHERE s.enabled AND NOT pgsched.occurrence_is_live(s.armed_task_id)
      ORDER BY s.id
      LIMIT max_rows
 $$;

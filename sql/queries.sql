@@ -30,7 +30,9 @@ SELECT pgsched.schedule_task(
     idempotency_key => %(idempotency_key)s,
     max_attempts => %(max_attempts)s,
     lane => %(lane)s,
-    metadata => %(metadata)s
+    metadata => %(metadata)s,
+    scope => %(scope)s,
+    product => %(product)s
 ) AS task_id;
 
 -- name: task_cancel
@@ -51,21 +53,30 @@ FROM pgsched.lane_summary;
 SELECT pgsched.timezone_problem(%(timezone)s) AS problem;
 
 -- name: task_claim_many
+-- done_by: the task that already completed this (tenant, type, key); its run is a no-op.
 SELECT
-    id,
-    task_type,
-    tenant_id,
-    payload,
-    metadata,
-    attempts,
-    max_attempts,
-    next_run_at,
-    lane,
-    priority,
-    idempotency_key,
-    lease_token,
-    schedule_id
-FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s);
+    c.id,
+    c.task_type,
+    c.tenant_id,
+    c.payload,
+    c.metadata,
+    c.attempts,
+    c.max_attempts,
+    c.next_run_at,
+    c.lane,
+    c.priority,
+    c.idempotency_key,
+    c.lease_token,
+    c.schedule_id,
+    c.scope,
+    w.task_id AS done_by
+FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s) AS c
+LEFT JOIN pgsched.completed_work AS w
+    ON
+        c.idempotency_key IS NOT NULL
+        AND c.tenant_id = w.tenant_id
+        AND c.task_type = w.task_type
+        AND c.idempotency_key = w.idempotency_key;
 
 -- name: lane_next_due
 SELECT
@@ -175,7 +186,9 @@ SELECT pgsched.schedule_recurring(
     lane => %(lane)s,
     metadata => %(metadata)s,
     catch_up_limit => %(catch_up_limit)s,
-    first_fire_at => %(first_fire_at)s
+    first_fire_at => %(first_fire_at)s,
+    scope => %(scope)s,
+    product => %(product)s
 ) AS schedule_id;
 
 -- name: schedules_unarmed
@@ -264,3 +277,31 @@ LIMIT %(max_rows)s;
 
 -- name: listen_recurring
 LISTEN pgsched_recurring;
+
+-- name: task_fan_out
+SELECT pgsched.task_fan_out(%(task_id)s, %(lease_token)s) AS tenants;
+
+-- name: work_record_done
+SELECT pgsched.work_record_done(%(task_id)s, %(lease_token)s) AS recorded;
+
+-- name: work_once
+SELECT pgsched.work_once(%(tenant_id)s, %(task_type)s, %(key)s, %(task_id)s) AS first_time;
+
+-- name: session_tenant_set
+SELECT set_config('pgsched.tenant_id', %(tenant_id)s, TRUE);
+
+-- name: tenant_add
+SELECT pgsched.tenant_add(%(tenant_id)s, %(product)s, %(metadata)s) AS tenant_id;
+
+-- name: tenant_set_active
+SELECT pgsched.tenant_set_active(%(tenant_id)s, %(active)s) AS tenant_id;
+
+-- name: tenant_list
+SELECT
+    tenant_id,
+    product,
+    active,
+    metadata,
+    created_at
+FROM pgsched.tenants
+ORDER BY product ASC, tenant_id ASC;

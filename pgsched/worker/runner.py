@@ -49,10 +49,28 @@ class ConnectionSource:
         self._async_pool = async_pool
         self._sync_pool_factory = sync_pool_factory
 
-    async def acquire(self, is_async: bool) -> Any:
+    async def acquire(self, is_async: bool, tenant_id: str) -> Any:
+        """A connection in an open transaction whose `pgsched.tenant_id` setting is the
+        task's tenant, so row-level security on the user's tables applies."""
+        params = {"tenant_id": tenant_id}
         if is_async:
-            return await self._async_pool.getconn()
-        return await asyncio.to_thread(self._sync_pool_factory().getconn)
+            conn = await self._async_pool.getconn()
+            await conn.execute(query("session_tenant_set"), params)
+            return conn
+
+        def acquire_sync() -> Any:
+            conn = self._sync_pool_factory().getconn()
+            conn.execute(query("session_tenant_set"), params)
+            return conn
+
+        return await asyncio.to_thread(acquire_sync)
+
+    async def run_one(self, name: str, params: dict[str, Any]) -> Any:
+        """Run one named statement in its own short transaction; returns the first column."""
+        async with self._async_pool.connection() as conn:
+            cur = await conn.execute(query(name), params)
+            row = await cur.fetchone()
+        return row[0] if row else None
 
     async def release(self, conn: Any, is_async: bool, *, commit: bool) -> None:
         if is_async:
@@ -79,7 +97,9 @@ class TaskRunner:
         record: Callable[[Outcome], None],
         written: Callable[[int], None],
         connections: ConnectionSource,
+        dsn: str | None = None,
     ) -> None:
+        self._dsn = dsn
         self._worker_id = worker_id
         self._registration_for = registration_for
         self._record = record
@@ -87,6 +107,21 @@ class TaskRunner:
         self._connections = connections
 
     async def run(self, task: TaskRow) -> None:
+        if task.scope != "tenant":
+            await self._fan_out(task)
+            return
+        if task.done_by is not None:
+            # The ledger says this work is done: do not run it again, say why.
+            self._record(
+                Outcome(
+                    task.id,
+                    task.lease_token,
+                    "COMPLETED",
+                    f"no-op: the work for key {task.idempotency_key!r} was already completed "
+                    f"by task {task.done_by}; execute not called",
+                )
+            )
+            return
         registration = self._registration_for(task.task_type)
         if registration is None:
             # Retried, not dropped: a deploy that adds the handler will run it.
@@ -94,12 +129,14 @@ class TaskRunner:
             self._record(retry_outcome(task, RetryPolicy(), error))
             return
         if not registration.transactional:
-            self._record(await self._lifecycle(registration, TaskContext(task, self._worker_id)))
+            ctx = TaskContext(task, self._worker_id, dsn=self._dsn)
+            self._record(await self._lifecycle(registration, ctx))
             return
-        conn = await self._connections.acquire(registration.is_async)
+        conn = await self._connections.acquire(registration.is_async, task.tenant_id)
         committed = False
         try:
-            outcome = await self._lifecycle(registration, TaskContext(task, self._worker_id, conn))
+            ctx = TaskContext(task, self._worker_id, conn, dsn=self._dsn)
+            outcome = await self._lifecycle(registration, ctx)
             if outcome.outcome == "COMPLETED":
                 committed = await self._complete_in(conn, registration, outcome)
             else:
@@ -108,6 +145,22 @@ class TaskRunner:
             await self._connections.release(conn, registration.is_async, commit=committed)
         if committed:
             self._written(task.id)
+
+    async def _fan_out(self, task: TaskRow) -> None:
+        """A product/global task: one child task per active tenant, parent completed."""
+        try:
+            tenants = await self._connections.run_one(
+                "task_fan_out", {"task_id": task.id, "lease_token": task.lease_token}
+            )
+        except psycopg.Error as exc:
+            log.error("task %s: fan-out failed: %s", task.id, exc)
+            self._record(retry_outcome(task, RetryPolicy(), describe(exc)))
+            return
+        if tenants is None:
+            log.warning("task %s: lease lost before fan-out", task.id)
+            return
+        log.info("task %s fanned out to %s tenants", task.id, tenants)
+        self._written(task.id)
 
     async def _complete_in(self, conn: Any, registration: Registration, outcome: Outcome) -> bool:
         """Write the completion in the handler's transaction; True when it should commit."""
@@ -161,6 +214,15 @@ class TaskRunner:
         except Exception as exc:
             ctx.logger.warning("attempt %s failed: %s", task.attempt, exc)
             return retry_outcome(task, registration.retry, describe(exc))
+        if task.idempotency_key is not None and not registration.transactional:
+            # Before the (batched) completion: a worker dying now leaves a ledger entry,
+            # and the retry becomes a recorded no-op instead of a second effect.
+            try:
+                await self._connections.run_one(
+                    "work_record_done", {"task_id": task.id, "lease_token": task.lease_token}
+                )
+            except psycopg.Error as exc:
+                ctx.logger.warning("could not record the work as done yet: %s", exc)
         after = registration.step("after_execute")
         if after is not None:
             try:

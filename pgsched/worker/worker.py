@@ -108,6 +108,7 @@ class Worker:
                 keeper, [Outcome(task_id, None, "COMPLETED")]
             ),
             connections=ConnectionSource(pool, self._sync_pool_factory),
+            dsn=self.dsn,
         )
         wakeups = Wakeups(self.dsn, lanes)
 
