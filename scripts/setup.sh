@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Set up a machine to develop and test pgsched. Safe to run again: it only does what is
+# missing. Run it as root on a fresh Debian/Ubuntu machine and it installs the system
+# packages itself; run it as another user and it says what to install, then stops.
+#
+#   PostgreSQL server binaries  the tests start their own throwaway server (initdb, pg_ctl)
+#   redis-server                the Redis wake-up tests start their own redis-server
+#   python3 >= 3.11 with venv   .venv/ with pgsched installed editable, plus its dev tools
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf 'setup: %s\n' "$*"; }
+
+is_root() { [[ "$(id -u)" == 0 ]]; }
+
+apt_updated=0
+apt_install() {
+    if ((apt_updated == 0)); then
+        say "apt-get update"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        apt_updated=1
+    fi
+    say "apt-get install -y $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+have_pg_server() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
+have_redis() { command -v redis-server >/dev/null 2>&1; }
+
+find_python() {
+    local candidate
+    for candidate in python3.13 python3.12 python3.11 python3; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# --- system packages -----------------------------------------------------------------------
+missing=()
+have_pg_server || missing+=(postgresql)
+have_redis || missing+=(redis-server)
+find_python >/dev/null || missing+=(python3)
+if ! command -v runuser >/dev/null 2>&1; then
+    missing+=(util-linux)
+fi
+
+if ((${#missing[@]} > 0)); then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        apt_install "${missing[@]}"
+    else
+        say "missing system packages: ${missing[*]}"
+        say "install them, then run this script again:"
+        say "    sudo apt-get update && sudo apt-get install -y ${missing[*]}"
+        exit 1
+    fi
+fi
+
+have_pg_server || { say "PostgreSQL server binaries still missing after install"; exit 1; }
+have_redis || { say "redis-server still missing after install"; exit 1; }
+if is_root && ! id -u "${PGSCHED_PG_USER:-postgres}" >/dev/null 2>&1; then
+    say "running as root, and Postgres refuses to run as root: the tests run it as the"
+    say "'${PGSCHED_PG_USER:-postgres}' user, which does not exist (the postgresql package creates it)"
+    exit 1
+fi
+
+# --- Python environment --------------------------------------------------------------------
+python=$(find_python) || { say "no python3 >= 3.11 found"; exit 1; }
+
+if [[ ! -x .venv/bin/python ]]; then
+    say "creating .venv with $python"
+    if ! "$python" -m venv .venv 2>/dev/null; then
+        rm -rf .venv
+        if is_root && command -v apt-get >/dev/null 2>&1; then
+            version=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+            apt_install "python${version}-venv" || apt_install python3-venv
+            "$python" -m venv .venv
+        else
+            say "$python cannot create a virtual environment; install python3-venv and rerun"
+            exit 1
+        fi
+    fi
+fi
+
+# Reinstall when pyproject.toml changed since the last successful install.
+stamp=.venv/.pgsched-setup
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]] ||
+    ! .venv/bin/python -c 'import pgsched, pytest_postgresql' >/dev/null 2>&1; then
+    say "installing pgsched (editable) with its dev dependencies into .venv"
+    .venv/bin/python -m pip install --disable-pip-version-check -q --upgrade pip
+    .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+    echo "$want" >"$stamp"
+fi
+
+say "ready: $(.venv/bin/python --version), PostgreSQL $(compgen -G '/usr/lib/postgresql/*/bin' | sed 's#.*/postgresql/\([0-9]*\)/bin#\1#' | sort -n | tail -1), $(redis-server --version | cut -d' ' -f3)"
