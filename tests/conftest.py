@@ -32,7 +32,7 @@ Never connect to ``pg_server.template_dbname``: a session on the template stops 
 cloned.
 
 The template is migrated once per session by pytest-postgresql's loader; clones are made
-ahead of time by a background thread (``CREATE DATABASE ... TEMPLATE``), so a test does not
+ahead of time by background threads (``CREATE DATABASE ... TEMPLATE``), so a test does not
 wait for its copy. pytest-postgresql's own ``postgresql`` client fixture works too.
 
 Postgres refuses to run as root; ``tests/bin/pg_ctl_unprivileged`` runs pg_ctl as the
@@ -203,19 +203,23 @@ def pg_server(postgresql_proc: PostgreSQLExecutor) -> PgServer:
 
 
 class ClonePool:
-    """Clones of the template, made ahead by one background thread and dropped by it after use.
+    """Clones of the template, made ahead by background threads and dropped by them after use.
 
     Cloning costs a fraction of a second, more than most tests; doing it while the previous
     test runs takes it off the critical path.
     """
 
-    def __init__(self, server: PgServer, ahead: int = 2) -> None:
+    def __init__(self, server: PgServer, ahead: int = 3, threads: int = 2) -> None:
         self._server = server
         self._jobs: queue.Queue[tuple[str, str]] = queue.Queue()
         self._ready: queue.Queue[str | BaseException] = queue.Queue()
         self._names = (f"pgsched_t{os.getpid()}_{n}" for n in itertools.count(1))
-        self._thread = threading.Thread(target=self._work, name="pgsched-clone-pool", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"pgsched-clone-pool-{n}", daemon=True)
+            for n in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
         for _ in range(ahead):
             self._jobs.put(("create", next(self._names)))
 
@@ -262,8 +266,10 @@ class ClonePool:
         self._jobs.put(("drop", name))
 
     def close(self) -> None:
-        self._jobs.put(("stop", ""))
-        self._thread.join(timeout=120)
+        for _ in self._threads:
+            self._jobs.put(("stop", ""))
+        for thread in self._threads:
+            thread.join(timeout=120)
         leftovers: list[str] = []
         while not self._ready.empty():
             got = self._ready.get()
