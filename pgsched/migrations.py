@@ -87,8 +87,9 @@ def _migrate_locked(conn: psycopg.Connection, known: list[Migration]) -> Migrate
 
 def schema_version(conn: psycopg.Connection) -> int:
     """The newest applied migration, or 0 on a database pgsched never touched."""
-    row = conn.execute(
-        "SELECT CASE WHEN to_regclass('pgsched.schema_migrations') IS NULL THEN 0"
-        " ELSE (SELECT coalesce(max(version), 0) FROM pgsched.schema_migrations) END"
-    ).fetchone()
+    # Two statements: Postgres resolves table names before a CASE could skip them.
+    exists = conn.execute("SELECT to_regclass('pgsched.schema_migrations')").fetchone()
+    if not exists or exists[0] is None:
+        return 0
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM pgsched.schema_migrations").fetchone()
     return int(row[0]) if row else 0

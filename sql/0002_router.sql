@@ -12,39 +12,39 @@
 --   COLD       otherwise                                  cold partition, PENDING
 -- Every time check takes an optional as_of (defaults to now()) so tests control the clock.
 
--- Why a task's input is refused, or NULL when it is fine. One function so the single and
--- the bulk path refuse exactly the same things with exactly the same words.
-CREATE FUNCTION pgsched.task_input_problem(
+-- Why a task's input is refused, or NULL when it is fine, in two halves so the bulk path
+-- can check the identity half once per distinct value (a batch of a million rows usually
+-- has one task type and a handful of tenants) and the content half once per row. Both are
+-- STABLE SQL (like format() inside them), so the planner inlines them into the query.
+CREATE FUNCTION pgsched.task_identity_problem(
     task_type text,
-    payload jsonb,
     tenant_id text,
     priority integer,
     max_attempts bigint,
     lane text,
-    metadata jsonb,
-    idempotency_key text,
-    max_payload_bytes bigint,
     scope text DEFAULT 'tenant',
     product text DEFAULT NULL
 ) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT CASE
         WHEN task_type IS NULL THEN 'task_type is required'
+        WHEN task_type !~ '^[A-Za-z_][A-Za-z0-9_.]{0,99}$' THEN format(
+            'task_type %L is not a plain identifier '
+            '(letters, digits, _ and ., starting with a letter or _, at most 100 characters)',
+            task_type)
         WHEN scope IS NULL OR scope NOT IN ('tenant', 'product', 'global') THEN format(
             'unknown scope %L (tenant, product or global)', scope)
         WHEN scope = 'product' AND (product IS NULL OR product !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$')
             THEN format('scope product needs a plain product name, got %L', product)
         WHEN scope <> 'product' AND product IS NOT NULL THEN
             'product is only given with scope product'
-        WHEN task_type !~ '^[A-Za-z_][A-Za-z0-9_.]{0,99}$' THEN format(
-            'task_type %L is not a plain identifier '
-            '(letters, digits, _ and ., starting with a letter or _, at most 100 characters)',
-            task_type)
-        WHEN tenant_id IS NULL OR tenant_id !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$' THEN format(
-            'tenant_id %L is not a plain identifier '
-            '(letters, digits, _, . and -, at most 100 characters)',
-            tenant_id)
+        -- Tenant ids start with a letter or digit; names starting with _ are the engine's.
+        WHEN scope = 'tenant' AND (tenant_id IS NULL OR tenant_id !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$')
+            THEN format(
+                'tenant_id %L is not a plain identifier '
+                '(letters, digits, _, . and -, starting with a letter or digit, at most 100 characters)',
+                tenant_id)
         WHEN priority IS NULL OR priority NOT BETWEEN 0 AND 10 THEN format(
             'priority %s is out of range (0 to 10)', coalesce(priority::text, 'NULL'))
         WHEN max_attempts IS NULL OR max_attempts < 1 THEN format(
@@ -59,15 +59,54 @@ AS $$
             'lane NORMAL needs priority 4 to 7, got %s', priority)
         WHEN upper(lane) = 'LOW' AND priority > 3 THEN format(
             'lane LOW needs priority 3 or less, got %s', priority)
+    END
+$$;
+
+CREATE FUNCTION pgsched.task_content_problem(
+    payload jsonb,
+    metadata jsonb,
+    idempotency_key text,
+    max_payload_bytes bigint
+) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
         WHEN payload IS NULL THEN 'payload must be JSON, got NULL'
         WHEN metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
             'metadata must be a JSON object'
-        WHEN octet_length(payload::text) > max_payload_bytes THEN format(
+        -- The cap is on the JSON text. Its stored size can be at most ~6x smaller (escapes),
+        -- so only payloads that could be near the cap pay for rendering the text.
+        WHEN pg_column_size(payload) * 6 >= max_payload_bytes
+             AND octet_length(payload::text) > max_payload_bytes THEN format(
             'payload is %s bytes, over the cap of %s bytes (pgsched.settings.max_payload_bytes)',
             octet_length(payload::text), max_payload_bytes)
         WHEN idempotency_key IS NOT NULL AND (idempotency_key = '' OR length(idempotency_key) > 200)
             THEN 'idempotency_key must be 1 to 200 characters'
+        WHEN idempotency_key LIKE 'pgsched:%' THEN
+            'idempotency keys starting with pgsched: are reserved for the engine'
     END
+$$;
+
+-- Both halves, for one task (the recurring path uses it).
+CREATE FUNCTION pgsched.task_input_problem(
+    task_type text,
+    payload jsonb,
+    tenant_id text,
+    priority integer,
+    max_attempts bigint,
+    lane text,
+    metadata jsonb,
+    idempotency_key text,
+    max_payload_bytes bigint,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
+) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT coalesce(
+        pgsched.task_identity_problem(task_type, tenant_id, priority, max_attempts, lane, scope, product),
+        pgsched.task_content_problem(payload, metadata, idempotency_key, max_payload_bytes)
+    )
 $$;
 
 -- The lane a priority belongs to; BATCH only when asked for.
@@ -128,8 +167,103 @@ AS $$
      LIMIT 1
 $$;
 
--- The bulk path, and the one place tasks are created. Arrays are parallel (one element
--- per task); any array but task_types may be NULL for "all defaults". Every row is checked
+-- The engine's insert: ids, tenant-scoped idempotency keys, routing, NOTIFY. Takes input
+-- that is already checked (NULL elements mean the defaults); callers are schedule_tasks
+-- (for everyone) and the engine itself (fan-out). Not granted to producers or workers.
+CREATE FUNCTION pgsched.task_insert_many(
+    task_types text[],
+    payloads jsonb[],
+    run_ats timestamptz[],
+    tenant_ids text[],
+    priorities integer[],
+    idempotency_keys text[],
+    max_attempts bigint[],
+    lanes text[],
+    metadatas jsonb[],
+    scopes text[],
+    products text[],
+    as_of timestamptz
+) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cfg pgsched.settings;
+    n integer := coalesce(cardinality(task_types), 0);
+    ids bigint[];
+    created_ids bigint[];
+    wake_lanes pgsched.task_lane[];
+BEGIN
+    SELECT * INTO cfg FROM pgsched.settings;
+    -- Ids are drawn up front so each input row knows its would-be id.
+    ids := ARRAY(SELECT nextval('pgsched.task_id_seq') FROM generate_series(1, n));
+
+    WITH input AS (
+        SELECT i.id, i.task_type,
+               coalesce(i.payload, '{}') AS payload,
+               coalesce(i.run_at, as_of) AS run_at,
+               coalesce(i.tenant_id, 'default') AS tenant_id,
+               coalesce(i.priority, 5) AS priority,
+               i.idempotency_key,
+               coalesce(i.max_attempts, 3) AS max_attempts,
+               pgsched.lane_for(coalesce(i.priority, 5), i.lane) AS lane,
+               coalesce(i.metadata, '{}') AS metadata,
+               coalesce(i.scope, 'tenant') AS scope,
+               i.product
+          FROM unnest(ids, task_types, payloads, run_ats, tenant_ids, priorities,
+                      idempotency_keys, max_attempts, lanes, metadatas, scopes, products)
+               AS i(id, task_type, payload, run_at, tenant_id, priority,
+                    idempotency_key, max_attempts, lane, metadata, scope, product)
+    ),
+    -- A key taken by a concurrent transaction makes this insert wait for it: if it
+    -- commits the key is a conflict (nothing inserted), if it rolls back the key is ours.
+    keyed AS (
+        INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
+        SELECT i.tenant_id, i.idempotency_key, i.id, as_of
+          FROM input AS i
+         WHERE i.idempotency_key IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING k.task_id
+    ),
+    inserted AS (
+        INSERT INTO pgsched.tasks AS tk (
+            id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane,
+            status, max_attempts, idempotency_key, scope, product, created_at, updated_at
+        )
+        SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
+               (CASE WHEN i.run_at - as_of < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
+               i.max_attempts, i.idempotency_key, i.scope, i.product, as_of, as_of
+          FROM input AS i
+         WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
+        RETURNING tk.id, tk.lane, tk.next_run_at
+    )
+    SELECT coalesce(array_agg(x.id), '{}'),
+           coalesce(array_agg(DISTINCT x.lane) FILTER (WHERE x.next_run_at - as_of < cfg.immediate_window), '{}')
+      INTO created_ids, wake_lanes
+      FROM inserted AS x;
+
+    -- A tiny wake-up per lane; Postgres folds identical notifications in one transaction.
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake_lanes) AS w;
+
+    IF idempotency_keys IS NULL THEN
+        -- No keys, no duplicates: every row was created with its drawn id.
+        RETURN QUERY SELECT i.ord, i.id, TRUE FROM unnest(ids) WITH ORDINALITY AS i(id, ord);
+        RETURN;
+    END IF;
+    -- A new statement, so keys committed by others while we waited are visible here.
+    RETURN QUERY
+    SELECT i.ord, coalesce(c.id, k.task_id), c.id IS NOT NULL
+      FROM unnest(ids, tenant_ids, idempotency_keys) WITH ORDINALITY AS i(id, tenant_id, idempotency_key, ord)
+      LEFT JOIN unnest(created_ids) AS c(id) ON c.id = i.id
+      LEFT JOIN pgsched.idempotency_keys AS k
+        ON c.id IS NULL
+       AND k.tenant_id = coalesce(i.tenant_id, 'default')
+       AND k.idempotency_key = i.idempotency_key
+     ORDER BY i.ord;
+END;
+$$;
+
+-- The bulk path, and the way in for every task. Arrays are parallel (one element per
+-- task); any array but task_types may be NULL for "all defaults". Every row is checked
 -- first and one bad row refuses the whole batch. Returns, per input row, the task id and
 -- whether this call created it (false: its idempotency key already named a task).
 CREATE FUNCTION pgsched.schedule_tasks(
@@ -152,9 +286,6 @@ DECLARE
     cfg pgsched.settings;
     n integer := coalesce(cardinality(task_types), 0);
     t timestamptz := coalesce(as_of, now());
-    ids bigint[];
-    created_ids bigint[];
-    wake_lanes pgsched.task_lane[];
     bad record;
     bad_text text;
 BEGIN
@@ -175,7 +306,9 @@ BEGIN
     IF scopes IS NOT NULL THEN
         tenant_ids := ARRAY(
             SELECT CASE WHEN coalesce(u.scope, 'tenant') = 'tenant' THEN u.tenant_id ELSE '_all' END
-              FROM unnest(coalesce(tenant_ids, array_fill(NULL::text, ARRAY[n])), scopes) AS u(tenant_id, scope));
+              FROM unnest(coalesce(tenant_ids, array_fill(NULL::text, ARRAY[n])), scopes)
+                   WITH ORDINALITY AS u(tenant_id, scope, ord)
+             ORDER BY u.ord);
     END IF;
 
     bad_text := pgsched.producer_tenant_problem(coalesce(tenant_ids, ARRAY['default']));
@@ -183,20 +316,33 @@ BEGIN
         RAISE EXCEPTION 'pgsched: %', bad_text USING ERRCODE = 'insufficient_privilege';
     END IF;
 
-    SELECT u.ord, u.problem INTO bad
-      FROM (
-        SELECT i.ord, pgsched.task_input_problem(
-                   i.task_type, coalesce(i.payload, '{}'), coalesce(i.tenant_id, 'default'),
-                   coalesce(i.priority, 5), coalesce(i.max_attempts, 3), i.lane,
-                   coalesce(i.metadata, '{}'), i.idempotency_key, cfg.max_payload_bytes,
-                   coalesce(i.scope, 'tenant'), i.product) AS problem
-          FROM unnest(task_types, payloads, tenant_ids, priorities, max_attempts, lanes,
-                      metadatas, idempotency_keys, scopes, products)
-               WITH ORDINALITY AS i(task_type, payload, tenant_id, priority, max_attempts, lane,
-                                    metadata, idempotency_key, scope, product, ord)
-      ) AS u
-     WHERE u.problem IS NOT NULL
-     ORDER BY u.ord
+    -- Identity checks once per distinct combination (MATERIALIZED keeps the planner from
+    -- pushing the check below the grouping, back to once per row); content once per row.
+    WITH combos AS MATERIALIZED (
+        SELECT min(x.ord) AS ord, x.task_type, x.tenant_id, x.priority, x.max_attempts, x.lane,
+               x.scope, x.product
+          FROM (
+            SELECT i.ord, i.task_type, coalesce(i.tenant_id, 'default') AS tenant_id,
+                   coalesce(i.priority, 5) AS priority, coalesce(i.max_attempts, 3) AS max_attempts,
+                   i.lane, coalesce(i.scope, 'tenant') AS scope, i.product
+              FROM unnest(task_types, tenant_ids, priorities, max_attempts, lanes, scopes, products)
+                   WITH ORDINALITY AS i(task_type, tenant_id, priority, max_attempts, lane, scope, product, ord)
+          ) AS x
+         GROUP BY x.task_type, x.tenant_id, x.priority, x.max_attempts, x.lane, x.scope, x.product
+    ),
+    problems AS (
+        SELECT c.ord, pgsched.task_identity_problem(
+                   c.task_type, c.tenant_id, c.priority, c.max_attempts, c.lane, c.scope, c.product) AS problem
+          FROM combos AS c
+        UNION ALL
+        SELECT r.ord, pgsched.task_content_problem(
+                   coalesce(r.payload, '{}'), coalesce(r.metadata, '{}'), r.idempotency_key, cfg.max_payload_bytes)
+          FROM unnest(payloads, metadatas, idempotency_keys) WITH ORDINALITY AS r(payload, metadata, idempotency_key, ord)
+    )
+    SELECT p.ord, p.problem INTO bad
+      FROM problems AS p
+     WHERE p.problem IS NOT NULL
+     ORDER BY p.ord
      LIMIT 1;
     IF FOUND THEN
         IF n = 1 THEN
@@ -206,66 +352,10 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    -- Ids are drawn up front so each input row knows its would-be id.
-    ids := ARRAY(SELECT nextval('pgsched.task_id_seq') FROM generate_series(1, n));
-
-    WITH input AS (
-        SELECT i.id, i.task_type,
-               coalesce(i.payload, '{}') AS payload,
-               coalesce(i.run_at, t) AS run_at,
-               coalesce(i.tenant_id, 'default') AS tenant_id,
-               coalesce(i.priority, 5) AS priority,
-               i.idempotency_key,
-               coalesce(i.max_attempts, 3) AS max_attempts,
-               pgsched.lane_for(coalesce(i.priority, 5), i.lane) AS lane,
-               coalesce(i.metadata, '{}') AS metadata,
-               coalesce(i.scope, 'tenant') AS scope,
-               i.product
-          FROM unnest(ids, task_types, payloads, run_ats, tenant_ids, priorities,
-                      idempotency_keys, max_attempts, lanes, metadatas, scopes, products)
-               AS i(id, task_type, payload, run_at, tenant_id, priority,
-                    idempotency_key, max_attempts, lane, metadata, scope, product)
-    ),
-    -- A key taken by a concurrent transaction makes this insert wait for it: if it
-    -- commits the key is a conflict (nothing inserted), if it rolls back the key is ours.
-    keyed AS (
-        INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
-        SELECT i.tenant_id, i.idempotency_key, i.id, t
-          FROM input AS i
-         WHERE i.idempotency_key IS NOT NULL
-        ON CONFLICT DO NOTHING
-        RETURNING k.task_id
-    ),
-    inserted AS (
-        INSERT INTO pgsched.tasks AS tk (
-            id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane,
-            status, max_attempts, idempotency_key, scope, product, created_at, updated_at
-        )
-        SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
-               (CASE WHEN i.run_at - t < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
-               i.max_attempts, i.idempotency_key, i.scope, i.product, t, t
-          FROM input AS i
-         WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
-        RETURNING tk.id, tk.lane, tk.next_run_at
-    )
-    SELECT coalesce(array_agg(x.id), '{}'),
-           coalesce(array_agg(DISTINCT x.lane) FILTER (WHERE x.next_run_at - t < cfg.immediate_window), '{}')
-      INTO created_ids, wake_lanes
-      FROM inserted AS x;
-
-    -- A tiny wake-up per lane; Postgres folds identical notifications in one transaction.
-    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake_lanes) AS w;
-
-    -- A new statement, so keys committed by others while we waited are visible here.
     RETURN QUERY
-    SELECT i.ord, coalesce(c.id, k.task_id), c.id IS NOT NULL
-      FROM unnest(ids, tenant_ids, idempotency_keys) WITH ORDINALITY AS i(id, tenant_id, idempotency_key, ord)
-      LEFT JOIN unnest(created_ids) AS c(id) ON c.id = i.id
-      LEFT JOIN pgsched.idempotency_keys AS k
-        ON c.id IS NULL
-       AND k.tenant_id = coalesce(i.tenant_id, 'default')
-       AND k.idempotency_key = i.idempotency_key
-     ORDER BY i.ord;
+    SELECT * FROM pgsched.task_insert_many(
+        task_types, payloads, run_ats, tenant_ids, priorities, idempotency_keys,
+        max_attempts, lanes, metadatas, scopes, products, t);
 END;
 $$;
 
@@ -320,7 +410,9 @@ BEGIN
     SELECT pgsched.producer_tenant_problem(ARRAY[tk.tenant_id]) INTO problem
       FROM pgsched.tasks AS tk WHERE tk.id = cancel_task.task_id;
     IF problem IS NOT NULL THEN
-        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+        -- Say no without naming the other tenant.
+        RAISE EXCEPTION 'pgsched: role % may not cancel task %: it belongs to another tenant',
+            session_user, cancel_task.task_id USING ERRCODE = 'insufficient_privilege';
     END IF;
     UPDATE pgsched.tasks AS tk
        SET status = 'CANCELLED', status_reason = coalesce(cancel_task.reason, 'cancelled'),

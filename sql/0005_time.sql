@@ -123,6 +123,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     problem text;
+    owner text := schedule_recurring.tenant_id;
     new_id bigint;
     t timestamptz := coalesce(as_of, now());
 BEGIN
@@ -133,7 +134,7 @@ BEGIN
             schedule_recurring.lane, coalesce(schedule_recurring.metadata, '{}'),
             schedule_recurring.idempotency_key, (SELECT s.max_payload_bytes FROM pgsched.settings AS s),
             schedule_recurring.scope, schedule_recurring.product),
-        pgsched.producer_tenant_problem(ARRAY[schedule_recurring.tenant_id]),
+
         pgsched.cron_problem(schedule_recurring.cron_expression),
         pgsched.timezone_problem(schedule_recurring.timezone),
         CASE WHEN schedule_recurring.misfire_policy IS NULL
@@ -147,13 +148,21 @@ BEGIN
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A product or global schedule belongs to no single tenant, like its tasks.
+    IF schedule_recurring.scope <> 'tenant' THEN
+        owner := '_all';
+    END IF;
+    problem := pgsched.producer_tenant_problem(ARRAY[owner]);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+    END IF;
 
     INSERT INTO pgsched.schedules AS s (
         tenant_id, task_type, cron_expression, timezone, payload, metadata, priority, lane,
         max_attempts, misfire_policy, catch_up_limit, idempotency_key, scope, product,
         created_at, updated_at
     ) VALUES (
-        schedule_recurring.tenant_id, schedule_recurring.task_type, btrim(schedule_recurring.cron_expression),
+        owner, schedule_recurring.task_type, btrim(schedule_recurring.cron_expression),
         schedule_recurring.timezone, coalesce(schedule_recurring.payload, '{}'),
         coalesce(schedule_recurring.metadata, '{}'), schedule_recurring.priority,
         pgsched.lane_for(schedule_recurring.priority, schedule_recurring.lane),
@@ -165,7 +174,7 @@ BEGIN
     RETURNING s.id INTO new_id;
     IF new_id IS NULL THEN
         SELECT s.id INTO new_id FROM pgsched.schedules AS s
-         WHERE s.tenant_id = schedule_recurring.tenant_id
+         WHERE s.tenant_id = owner
            AND s.idempotency_key = schedule_recurring.idempotency_key;
         RETURN new_id;
     END IF;
@@ -397,6 +406,7 @@ DECLARE
     n_events bigint;
     n_keys bigint;
     n_occurrences bigint;
+    n_ledger bigint;
 BEGIN
     WITH old AS (
         SELECT tk.id, tk.status FROM pgsched.tasks AS tk
@@ -433,6 +443,18 @@ BEGIN
     DELETE FROM pgsched.schedule_occurrences AS o USING old
      WHERE o.schedule_id = old.schedule_id AND o.fire_at = old.fire_at;
     GET DIAGNOSTICS n_occurrences = ROW_COUNT;
+
+    -- The ledger of completed work ages out with the tasks it vouches for.
+    WITH old AS (
+        SELECT w.tenant_id, w.task_type, w.idempotency_key FROM pgsched.completed_work AS w
+         WHERE w.completed_at < cutoff
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.completed_work AS w USING old
+     WHERE w.tenant_id = old.tenant_id AND w.task_type = old.task_type
+       AND w.idempotency_key = old.idempotency_key;
+    GET DIAGNOSTICS n_ledger = ROW_COUNT;
+    n_keys := n_keys + n_ledger;
 
     RETURN QUERY SELECT n_tasks, n_events, n_keys, n_occurrences;
 END;

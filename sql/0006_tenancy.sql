@@ -93,21 +93,26 @@ BEGIN
      WHERE t.active AND (p.scope = 'global' OR t.product = p.product);
     n := cardinality(tenant_list);
 
-    SELECT coalesce(array_agg(s.task_id) FILTER (WHERE s.created), '{}') INTO child_ids
-      FROM pgsched.schedule_tasks(
-          task_types => array_fill(p.task_type, ARRAY[n]),
-          payloads => array_fill(p.payload, ARRAY[n]),
-          run_ats => array_fill(coalesce(as_of, now()), ARRAY[n]),
-          tenant_ids => tenant_list,
-          priorities => array_fill(p.priority, ARRAY[n]),
-          idempotency_keys => array_fill(coalesce(p.idempotency_key, 'fanout:' || p.id::text), ARRAY[n]),
-          max_attempts => array_fill(p.max_attempts, ARRAY[n]),
-          lanes => array_fill('BATCH'::text, ARRAY[n]),
-          metadatas => array_fill(p.metadata || jsonb_build_object('parent_id', p.id), ARRAY[n]),
-          as_of => as_of
+    -- Children carry an engine-reserved key per tenant ('pgsched:' keys are refused from
+    -- users), so a fan-out that runs again after a crash finds its children, not copies.
+    SELECT coalesce(array_agg(s.task_id), '{}') INTO child_ids
+      FROM pgsched.task_insert_many(
+          array_fill(p.task_type, ARRAY[n]),
+          array_fill(p.payload, ARRAY[n]),
+          array_fill(coalesce(as_of, now()), ARRAY[n]),
+          tenant_list,
+          array_fill(p.priority, ARRAY[n]),
+          array_fill('pgsched:fanout:' || p.id::text, ARRAY[n]),
+          array_fill(p.max_attempts, ARRAY[n]),
+          array_fill('BATCH'::text, ARRAY[n]),
+          array_fill(p.metadata || jsonb_build_object('parent_id', p.id), ARRAY[n]),
+          array_fill('tenant'::text, ARRAY[n]),
+          array_fill(NULL::text, ARRAY[n]),
+          coalesce(as_of, now())
       ) AS s;
     -- A statement of its own: the children were inserted by the one above.
-    UPDATE pgsched.tasks AS tk SET parent_id = p.id WHERE tk.id = ANY (child_ids);
+    UPDATE pgsched.tasks AS tk SET parent_id = p.id WHERE tk.id = ANY(child_ids) AND tk.parent_id IS NULL;
+    n := cardinality(child_ids);
 
     -- The parent's own outcome: done fanning out. Each tenant's outcome is its child's.
     SELECT f.applied INTO applied FROM pgsched.task_finish_many(
@@ -176,7 +181,8 @@ LANGUAGE sql
 AS $$
     WITH ins AS (
         INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
-        VALUES (work_once.tenant_id, work_once.task_type, 'once:' || work_once.key, work_once.task_id)
+        -- '#once' cannot occur in a task type, so once-keys never meet idempotency keys.
+        VALUES (work_once.tenant_id, work_once.task_type || '#once', work_once.key, work_once.task_id)
         ON CONFLICT DO NOTHING
         RETURNING w.task_id
     )
@@ -188,7 +194,8 @@ $$;
 --   pgsched_producer  may only schedule (and cancel), through SECURITY DEFINER functions;
 --                     it cannot read or change task rows. A producer login listed in
 --                     pgsched.producer_tenants may schedule only for its tenant(s).
---   pgsched_worker    runs tasks: claims, outcomes, heartbeats, rescue, the ledger.
+--   pgsched_worker    runs tasks and the sweeps: claims, outcomes, heartbeats, rescue,
+--                     the ledger, arming, promotion, retention -- through functions only.
 --   pgsched_admin     everything, including the DEAD lane, tenants and settings.
 
 DO $$
@@ -206,11 +213,12 @@ END;
 $$;
 
 -- The producer's entry points run as their owner, with a fixed search path, so a role
--- that can read no table can still schedule through them, and only through them.
+-- that can read no table can still schedule through them, and only through them. jit is
+-- off for the bulk path: the planner overestimates unnest() rows and would JIT each batch.
 ALTER FUNCTION pgsched.schedule_tasks(
     text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz,
     text[], text[]
-) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+) SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off;
 ALTER FUNCTION pgsched.schedule_task(
     text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text
 ) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
@@ -245,16 +253,45 @@ pgsched.timezone_problem(text),
 pgsched.cron_problem(text)
 TO pgsched_producer, pgsched_worker, pgsched_admin;
 
-GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA pgsched TO pgsched_worker;
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgsched TO pgsched_worker;
-REVOKE INSERT, UPDATE ON pgsched.settings, pgsched.tenants, pgsched.producer_tenants FROM pgsched_worker;
+-- The worker changes rows only through these functions (run as their owner); it may read
+-- every table but write none, so it cannot, say, revive a DEAD task by hand.
+ALTER FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, interval, timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.lease_rescue_expired(pgsched.task_lane, integer, timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.task_fan_out(bigint, uuid, timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.work_record_done(bigint, uuid)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.work_once(text, text, text, bigint)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.schedule_arm(bigint, bigint, timestamptz, timestamptz[], timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.schedule_quarantine(bigint, text, timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.task_promote_due(integer, timestamptz, interval)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.task_wake_overdue(interval, timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION pgsched.retention_prune(interval, integer, timestamptz)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+GRANT SELECT ON ALL TABLES IN SCHEMA pgsched TO pgsched_worker;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgsched TO pgsched_worker;
 REVOKE EXECUTE ON FUNCTION
+pgsched.task_insert_many(
+    text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[],
+    text[], timestamptz
+),
 pgsched.dead_retry(bigint, text, boolean, text, timestamptz),
 pgsched.dead_discard(bigint, text, timestamptz),
 pgsched.tenant_add(text, text, jsonb),
 pgsched.tenant_set_active(text, boolean),
-pgsched.retention_prune(interval, integer, timestamptz)
+pgsched.schedule_enable(bigint, boolean, timestamptz)
 FROM pgsched_worker;
 
 GRANT ALL ON ALL TABLES IN SCHEMA pgsched TO pgsched_admin;

@@ -78,13 +78,6 @@ def test_migrate_twice_applies_nothing_the_second_time(
         assert schema_version(conn) == SHIPPED[-1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=psycopg.errors.UndefinedTable,
-    reason="pgsched/migrations.py schema_version(): the CASE names pgsched.schema_migrations in"
-    " a subquery, which Postgres resolves at parse time, so on a database pgsched never touched"
-    " it raises UndefinedTable instead of returning 0",
-)
 def test_schema_version_of_untouched_database_is_zero(new_database: Callable[..., str]) -> None:
     with psycopg.connect(new_database()) as conn:
         assert schema_version(conn) == 0
