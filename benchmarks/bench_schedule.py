@@ -23,7 +23,8 @@ Profile (default on for full runs, --profile to force): one extra 50,000-row chu
 auto_explain and function tracking inside a transaction that is rolled back, and (on our own
 server only) the same chunk against variants of the SQL functions, also rolled back.
 
-Writes every figure to --out (default benchmarks/results/schedule.json).
+Writes every figure to --out (default benchmarks/results/schedule.json; with --quick,
+benchmarks/results/schedule-quick.json, so a CI-sized run never overwrites a full one).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from pgsched.migrations import migrate
 from pgsched.tasks import TaskSpec
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "schedule.json"
+# A CI-sized run must not overwrite the figures of a full one.
+DEFAULT_OUT_QUICK = Path(__file__).parent / "results" / "schedule-quick.json"
 TASK_TYPE = "send_reminder"
 SPAN_SECONDS = 365 * 86_400
 # Knuth's multiplicative constant; prime, so i -> i*K mod SPAN is a bijection on [0, SPAN):
@@ -335,7 +338,7 @@ _DURATION = re.compile(r"duration: ([\d.]+) ms\s+plan:\s*Query Text:\s*(.*)", re
 _JIT = re.compile(r"JIT:.*?Total ([\d.]+) ms", re.DOTALL)
 
 # Rewrites of the live functions for the what-if runs (inside a rolled-back transaction).
-_BOUNDED_REGEX = re.compile(r"(\w+) !~ '(\^\[[^']*\]\[[^']*\])\{0,(\d+)\}\$'")
+_BOUNDED_REGEX = re.compile(r"([\w.]+) !~ '(\^\[[^']*\]\[[^']*\])\{0,(\d+)\}\$'")
 
 
 def _fix_bounded_regex(body: str) -> str:
@@ -344,24 +347,50 @@ def _fix_bounded_regex(body: str) -> str:
     )
 
 
+def _functions(conn: psycopg.Connection[Any], where: str) -> list[str]:
+    """Signatures (regprocedure text) of the pgsched functions matching `where`."""
+    rows = conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace"
+        f" WHERE n.nspname = 'pgsched' AND {where} ORDER BY 1"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def _variant_stable(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("ALTER FUNCTION pgsched.task_input_problem STABLE")
-    conn.execute("ALTER FUNCTION pgsched.lane_for STABLE")
+    # Declared IMMUTABLE but calling STABLE functions (format(), the text -> enum cast), so
+    # the planner will not inline them: each row pays a SQL-function call.
+    found = _functions(
+        conn, "p.proname IN ('task_input_problem', 'lane_for') AND p.provolatile = 'i'"
+    )
+    if not found:
+        raise LookupError("task_input_problem and lane_for are already not IMMUTABLE")
+    for signature in found:
+        conn.execute(f"ALTER FUNCTION {signature} STABLE")
 
 
 def _variant_jit_off(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("ALTER FUNCTION pgsched.schedule_tasks SET jit = off")
+    for signature in _functions(conn, "p.proname = 'schedule_tasks'"):
+        conn.execute(f"ALTER FUNCTION {signature} SET jit = off")
 
 
 def _variant_regex(conn: psycopg.Connection[Any]) -> None:
-    row = conn.execute(
-        "SELECT pg_get_functiondef('pgsched.task_input_problem'::regproc)"
-    ).fetchone()
-    assert row is not None
-    fixed = _fix_bounded_regex(row[0])
-    if fixed == row[0]:
-        raise LookupError("no bounded regex {0,N} found in task_input_problem")
-    conn.execute(fixed.encode())
+    found = _functions(conn, "p.prosrc ~ '\\{0,[0-9]+\\}\\$'")
+    changed = 0
+    for signature in found:
+        row = conn.execute("SELECT pg_get_functiondef(%s::regprocedure)", (signature,)).fetchone()
+        assert row is not None
+        fixed = _fix_bounded_regex(row[0])
+        if fixed == row[0]:
+            continue
+        try:
+            with conn.transaction():  # a savepoint: one odd function does not spoil the rest
+                conn.execute(fixed.encode())
+            changed += 1
+        except psycopg.Error:
+            continue
+    if not changed:
+        raise LookupError("no bounded regex {0,N} found in the pgsched functions")
 
 
 VARIANTS: dict[str, list[Callable[[psycopg.Connection[Any]], None]]] = {
@@ -709,7 +738,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--jobs", type=int, default=2, help="parallel connections for the raw SQL path"
     )
     parser.add_argument("--dsn", default=None, help="use this (scratch!) database instead")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON results file (default results/schedule.json; quick: schedule-quick.json)",
+    )
     parser.add_argument("--quick", action="store_true", help="rows=200,000, single=2,000 (CI)")
     parser.add_argument(
         "--profile",
@@ -718,6 +752,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="profile one chunk at the end (default: on, off with --quick)",
     )
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = DEFAULT_OUT_QUICK if args.quick else DEFAULT_OUT
     if args.rows is None:
         args.rows = 200_000 if args.quick else 10_000_000
     if args.single is None:
