@@ -4,6 +4,7 @@ uses the embedded local Postgres (`pgsched up`)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -238,7 +239,7 @@ def cancel(ctx: click.Context, task_id: int, reason: str) -> None:
 
 def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     cells = [[_cell(row[c]) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)
@@ -359,7 +360,14 @@ def worker(
     except ValueError as exc:
         _fail(str(exc))
         return
-    asyncio.run(Worker(dsn, app.registry, config).run())
+    runner = Worker(dsn, app.registry, config)
+    asyncio.run(runner.run())
+    if runner.abandoned_threads:
+        # A plain handler still running past the grace period would hold the interpreter
+        # open (its thread cannot be interrupted); its task was released, so leave now.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
 
 
 @main.group()

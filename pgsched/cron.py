@@ -10,8 +10,10 @@ America/New_York, Europe/Berlin, Australia/Lord_Howe and America/Santiago):
   the gap (02:30 on a New York spring-forward day runs at 03:00 EDT); several skipped
   times collapse into that one run.
 * A frequent schedule, one whose hour field is `*` (`*/15 * * * *`, `0 * * * *`), keeps
-  firing every N real minutes through both transitions: wall times inside a gap do not
-  exist and are not run; wall times in a repeated hour run twice, once per offset.
+  firing every N real minutes through both transitions: it follows the zone's standard
+  time (its UTC offset without DST), so a skipped hour is not run and a repeated hour
+  runs once per offset. In a zone whose DST shift is 30 minutes (Lord Howe), an hourly
+  schedule therefore fires at :30 on the wall clock while DST is on.
 
 The search for the next fire time is bounded (`SEARCH_YEARS`), so an expression that can
 never fire (`0 0 31 2 *`) is refused instead of spinning.
@@ -105,6 +107,18 @@ class CronSchedule:
 
     def _fires_on(self, day: date) -> Iterator[datetime]:
         """The UTC instants this schedule fires at on one local day, ascending."""
+        if self.frequent:
+            # Standard time: the day's offset without its DST part, so every fire is N
+            # real minutes after the last whatever the clocks do.
+            noon = datetime.combine(day, time(12), tzinfo=self.zone)
+            standard = (noon.utcoffset() or timedelta(0)) - (noon.dst() or timedelta(0))
+            return iter(
+                sorted(
+                    (datetime.combine(day, time(hour, minute)) - standard).replace(tzinfo=UTC)
+                    for hour in self.hours
+                    for minute in self.minutes
+                )
+            )
         instants: list[datetime] = []
         for hour in self.hours:
             for minute in self.minutes:
@@ -118,15 +132,9 @@ class CronSchedule:
         first_utc, second_utc = first.astimezone(UTC), second.astimezone(UTC)
         exists = first_utc.astimezone(self.zone).replace(tzinfo=None) == wall
         if not exists:
-            # In a spring-forward gap. Frequent schedules skip it; wall-clock ones run at
-            # the first valid instant after the gap: the transition itself.
-            if self.frequent:
-                return []
+            # In a spring-forward gap: run at the first valid instant after it.
             return [_transition_between(self.zone, second_utc, first_utc)]
-        if first_utc != second_utc:
-            # In a repeated (fall-back) hour: both instants for frequent schedules, the
-            # first only for wall-clock ones.
-            return [first_utc, second_utc] if self.frequent else [first_utc]
+        # In a repeated (fall-back) hour fold=0 is the first occurrence: run that one only.
         return [first_utc]
 
 
@@ -157,6 +165,16 @@ def parse(expression: str, timezone: str = "UTC") -> CronSchedule:
         raise CronError(f"invalid cron expression {expression!r}: {exc}") from None
     minute_f, hour_f, dom_f, month_f, dow_f = fields[:5]
     raw = expression.split()
+    # croniter reads these, but drops or misreads some of them: refuse rather than guess.
+    if (
+        "#" in expression
+        or re.search(r"[LW]", raw[2].upper())
+        or re.search(r"\dL|^L$", raw[4].upper())
+    ):
+        raise CronError(
+            f"cron expression {expression!r} uses L, W or # (last / nearest weekday / nth "
+            "weekday), which pgsched does not support"
+        )
 
     def values(field: Sequence[Any], low: int, high: int) -> list[int]:
         if list(field) == ["*"]:

@@ -16,9 +16,12 @@ the worker's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -218,11 +221,16 @@ class HandlerRegistry:
         return sorted(self._by_type)
 
 
-async def call_step(fn: Callable[[TaskContext], Any], ctx: TaskContext) -> Any:
-    """Await an async step; run a plain one in the default thread pool."""
+async def call_step(
+    fn: Callable[[TaskContext], Any], ctx: TaskContext, executor: Executor | None = None
+) -> Any:
+    """Await an async step; run a plain one in `executor` (the worker's own thread pool,
+    sized to its concurrency; the loop's default one holds only a handful of threads)."""
     if inspect.iscoroutinefunction(fn):
         return await fn(ctx)
-    result = await asyncio.to_thread(fn, ctx)
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, fn, ctx)
+    result = await loop.run_in_executor(executor, call)
     if inspect.isawaitable(result):
         return await result
     return result

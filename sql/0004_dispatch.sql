@@ -92,20 +92,46 @@ AS $$
      ) AS c
 $$;
 
--- Extend the leases a worker still holds; returns the ids it still holds.
+-- Extend the leases a worker still holds; returns the ids renewed. Rows locked by a
+-- concurrent outcome write are skipped (they are finishing), and should one move to the
+-- done partition under our feet (SQLSTATE 40001) the renewal is simply tried again.
 CREATE FUNCTION pgsched.task_heartbeat_many(
     task_ids bigint[],
     lease_tokens uuid[],
     lease interval DEFAULT '30 seconds',
     as_of timestamptz DEFAULT NULL
 ) RETURNS SETOF bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-    UPDATE pgsched.tasks AS tk
-       SET lease_expires_at = coalesce(as_of, now()) + lease
-      FROM unnest(task_ids, lease_tokens) AS u(id, token)
-     WHERE tk.id = u.id AND tk.status = 'PROCESSING' AND tk.lease_token = u.token
-    RETURNING tk.id
+DECLARE
+    renewed bigint[];
+BEGIN
+    FOR attempt IN 1..5 LOOP
+        BEGIN
+            WITH held AS MATERIALIZED (
+                SELECT tk.id
+                  FROM pgsched.tasks AS tk
+                  JOIN unnest(task_ids, lease_tokens) AS u(id, token)
+                    ON tk.id = u.id AND tk.lease_token = u.token
+                 WHERE tk.status = 'PROCESSING'
+                   FOR UPDATE OF tk SKIP LOCKED
+            ),
+            extended AS (
+                UPDATE pgsched.tasks AS tk
+                   SET lease_expires_at = coalesce(as_of, now()) + lease
+                  FROM held
+                 WHERE tk.id = held.id AND tk.status = 'PROCESSING'
+                RETURNING tk.id
+            )
+            SELECT coalesce(array_agg(e.id), '{}') INTO renewed FROM extended AS e;
+            RETURN QUERY SELECT unnest(renewed);
+            RETURN;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- a row moved partitions mid-lock: try again, it will be gone
+        END;
+    END LOOP;
+    RETURN;
+END;
 $$;
 
 -- Report outcomes, one row per task, in one statement:
@@ -127,10 +153,12 @@ CREATE FUNCTION pgsched.task_finish_many(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    t timestamptz := coalesce(as_of, now());
+    -- The statement's own clock: in a handler's transaction now() is when the work began.
+    t timestamptz := coalesce(as_of, clock_timestamp());
     cfg pgsched.settings;
     bad text;
     done bigint[];
+    wake pgsched.task_lane[];
 BEGIN
     SELECT * INTO cfg FROM pgsched.settings;
     SELECT u.outcome INTO bad
@@ -172,7 +200,7 @@ BEGIN
           FROM unnest(task_ids, lease_tokens, outcomes, errors, retry_delays)
                AS u(id, token, outcome, error, delay)
          WHERE tk.id = u.id AND tk.status = 'PROCESSING' AND tk.lease_token = u.token
-        RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key
+        RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at
     ),
     ledger AS (
         INSERT INTO pgsched.completed_work (tenant_id, task_type, idempotency_key, task_id, completed_at)
@@ -181,7 +209,13 @@ BEGIN
          WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL
         ON CONFLICT DO NOTHING
     )
-    SELECT coalesce(array_agg(f.id), '{}') INTO done FROM finished AS f;
+    SELECT coalesce(array_agg(f.id), '{}'),
+           coalesce(array_agg(DISTINCT f.lane) FILTER (
+               WHERE f.status = 'QUEUED' AND f.next_run_at - t < cfg.immediate_window), '{}')
+      INTO done, wake
+      FROM finished AS f;
+    -- A retry due soon wakes its lane, so it runs when due and not at the next backup poll.
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
 
     -- Reports that lost their lease change nothing; say so on the task's record.
     INSERT INTO pgsched.task_events (
@@ -204,7 +238,8 @@ END;
 $$;
 
 -- Tasks whose lease expired (worker killed, machine lost) go back to be claimed again
--- at once, or to DEAD when their attempts are used up. Bounded: call until it returns 0.
+-- at once, or to DEAD when their attempts are used up. Bounded: call until it returns less
+-- than max_tasks. Their lanes are woken.
 CREATE FUNCTION pgsched.lease_rescue_expired(
     lane pgsched.task_lane DEFAULT NULL,
     max_tasks integer DEFAULT 1000,
@@ -214,32 +249,48 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
-    rescued integer;
+    rescued integer := 0;
+    wake pgsched.task_lane[];
 BEGIN
-    WITH expired AS MATERIALIZED (
-        SELECT tk.id
-          FROM pgsched.tasks AS tk
-         WHERE tk.status = 'PROCESSING'
-           AND tk.lease_expires_at < t
-           AND (lease_rescue_expired.lane IS NULL OR tk.lane = lease_rescue_expired.lane)
-         ORDER BY tk.lease_expires_at
-         LIMIT lease_rescue_expired.max_tasks
-           FOR UPDATE SKIP LOCKED
-    )
-    UPDATE pgsched.tasks AS tk
-       SET status = (CASE WHEN tk.attempts >= tk.max_attempts THEN 'FAILED' ELSE 'QUEUED' END)::pgsched.task_status,
-           status_reason = CASE
-               WHEN tk.attempts >= tk.max_attempts
-                   THEN format('worker lost: lease expired, attempts exhausted (%s of %s)', tk.attempts, tk.max_attempts)
-               ELSE 'worker lost: lease expired; queued again'
-           END,
-           last_error = CASE WHEN tk.attempts >= tk.max_attempts THEN 'worker lost' ELSE tk.last_error END,
-           lease_token = NULL,
-           lease_expires_at = NULL,
-           updated_at = t
-      FROM expired
-     WHERE tk.id = expired.id AND tk.status = 'PROCESSING';
-    GET DIAGNOSTICS rescued = ROW_COUNT;
+    FOR attempt IN 1..5 LOOP
+        BEGIN
+            WITH expired AS MATERIALIZED (
+                SELECT tk.id
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.status = 'PROCESSING'
+                   AND tk.lease_expires_at < t
+                   AND (lease_rescue_expired.lane IS NULL OR tk.lane = lease_rescue_expired.lane)
+                 ORDER BY tk.lease_expires_at
+                 LIMIT lease_rescue_expired.max_tasks
+                   FOR UPDATE SKIP LOCKED
+            ),
+            moved AS (
+                UPDATE pgsched.tasks AS tk
+                   SET status = (CASE WHEN tk.attempts >= tk.max_attempts THEN 'FAILED' ELSE 'QUEUED' END
+                       )::pgsched.task_status,
+                       status_reason = CASE
+                           WHEN tk.attempts >= tk.max_attempts
+                               THEN format('worker lost: lease expired, attempts exhausted (%s of %s)',
+                                           tk.attempts, tk.max_attempts)
+                           ELSE 'worker lost: lease expired; queued again'
+                       END,
+                       last_error = CASE WHEN tk.attempts >= tk.max_attempts THEN 'worker lost' ELSE tk.last_error END,
+                       lease_token = NULL,
+                       lease_expires_at = NULL,
+                       updated_at = t
+                  FROM expired
+                 WHERE tk.id = expired.id AND tk.status = 'PROCESSING'
+                RETURNING tk.lane, tk.status
+            )
+            SELECT count(*), coalesce(array_agg(DISTINCT m.lane) FILTER (WHERE m.status = 'QUEUED'), '{}')
+              INTO rescued, wake
+              FROM moved AS m;
+            PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
+            RETURN rescued;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- a row moved partitions mid-lock (it finished after all): try again
+        END;
+    END LOOP;
     RETURN rescued;
 END;
 $$;
@@ -267,14 +318,21 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     RETURN QUERY
-    UPDATE pgsched.tasks AS tk
-       SET status = 'QUEUED', attempts = 0, next_run_at = t, status_reason = dead_retry.reason,
-           enabled = TRUE, updated_at = t
-     WHERE tk.status = 'FAILED'
-       AND (dead_retry.all_tasks
-            OR tk.id = dead_retry.task_id
-            OR tk.task_type = dead_retry.task_type)
-    RETURNING tk.id;
+    WITH retried AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = 'QUEUED', attempts = 0, next_run_at = t, status_reason = dead_retry.reason,
+               enabled = TRUE, updated_at = t
+         WHERE tk.status = 'FAILED'
+           AND (dead_retry.all_tasks
+                OR tk.id = dead_retry.task_id
+                OR tk.task_type = dead_retry.task_type)
+        RETURNING tk.id, tk.lane
+    ),
+    woken AS (
+        SELECT pg_notify('pgsched_' || lower(l.lane::text), '')
+          FROM (SELECT DISTINCT r.lane FROM retried AS r) AS l
+    )
+    SELECT r.id FROM retried AS r LEFT JOIN (SELECT count(*) AS n FROM woken) AS w ON TRUE;
 END;
 $$;
 

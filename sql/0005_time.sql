@@ -83,6 +83,15 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(fields) AS f WHERE f !~ '^[0-9A-Za-z*,/?-]+$') THEN
         RETURN format('invalid cron expression %L', cron_expression);
     END IF;
+    -- Every number that is a value (not a step after /) must be in its field's range.
+    IF EXISTS (
+        SELECT 1
+          FROM unnest(fields, ARRAY[0, 0, 1, 1, 0], ARRAY[59, 23, 31, 12, 7]) AS f(field, lo, hi)
+         CROSS JOIN LATERAL regexp_matches(f.field, '(^|[^/0-9])([0-9]+)', 'g') AS m(parts)
+         WHERE m.parts[2]::integer NOT BETWEEN f.lo AND f.hi
+    ) THEN
+        RETURN format('invalid cron expression %L: a value is out of its field''s range', cron_expression);
+    END IF;
     -- A day of month that no listed month has (31 February) can never fire.
     IF fields[3] ~ '^[0-9]+(,[0-9]+)*$' AND fields[5] IN ('*', '?') AND fields[4] ~ '^[0-9]+(,[0-9]+)*$' THEN
         SELECT min(d::integer) INTO dom_max FROM unnest(string_to_array(fields[3], ',')) AS d;
@@ -417,8 +426,12 @@ BEGIN
      WHERE tk.id = old.id AND tk.status = old.status;
     GET DIAGNOSTICS n_tasks = ROW_COUNT;
 
+    -- Only the events of tasks that are gone: a kept task (DEAD, live) keeps its history.
     WITH old AS (
-        SELECT e.id FROM pgsched.task_events AS e WHERE e.occurred_at < cutoff LIMIT max_rows
+        SELECT e.id FROM pgsched.task_events AS e
+         WHERE e.occurred_at < cutoff
+           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = e.task_id)
+         LIMIT max_rows
     )
     DELETE FROM pgsched.task_events AS e USING old WHERE e.id = old.id;
     GET DIAGNOSTICS n_events = ROW_COUNT;

@@ -2,21 +2,22 @@
 -- pgsched/queries.py loads them. Parameters use psycopg's %(name)s style.
 
 -- name: task_schedule_many
+-- Arrays travel in binary (the b placeholders): text-encoding 50,000 payloads costs 15x more.
 SELECT
     s.ordinal,
     s.task_id,
     s.created
 FROM
     pgsched.schedule_tasks(
-        task_types => %(task_types)s::text[],
-        payloads => %(payloads)s::jsonb[],
-        run_ats => %(run_ats)s::timestamptz[],
-        tenant_ids => %(tenant_ids)s::text[],
-        priorities => %(priorities)s::integer[],
-        idempotency_keys => %(idempotency_keys)s::text[],
-        max_attempts => %(max_attempts)s::bigint[],
-        lanes => %(lanes)s::text[],
-        metadatas => %(metadatas)s::jsonb[]
+        task_types => %(task_types)b::text[],
+        payloads => %(payloads)b::jsonb[],
+        run_ats => %(run_ats)b::timestamptz[],
+        tenant_ids => %(tenant_ids)b::text[],
+        priorities => %(priorities)b::integer[],
+        idempotency_keys => %(idempotency_keys)b::text[],
+        max_attempts => %(max_attempts)b::bigint[],
+        lanes => %(lanes)b::text[],
+        metadatas => %(metadatas)b::jsonb[]
     ) AS s
 ORDER BY s.ordinal;
 

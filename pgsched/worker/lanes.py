@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from pgsched.handlers import TaskRow
 from pgsched.lanes import Lane
 from pgsched.worker.config import LaneSettings
@@ -93,6 +95,9 @@ class LaneLoop:
             self.wakeup.clear()
             try:
                 tasks = await self._claim(self.lane, want)
+            except psycopg.errors.SerializationFailure:
+                # A row we tried to lock was finished (moved partitions) meanwhile: claim again.
+                continue
             except Exception as exc:
                 log.warning("claim on lane %s failed (%s); retrying", self.lane, exc)
                 await asyncio.sleep(0.5)

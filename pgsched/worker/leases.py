@@ -27,7 +27,6 @@ class LeaseKeeper(threading.Thread):
         self._held: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
-        self.lost: set[int] = set()
 
     def hold(self, task_id: int, lease_token: Any) -> None:
         with self._lock:
@@ -67,7 +66,8 @@ class LeaseKeeper(threading.Thread):
                 with self._lock:
                     still_held = self._held.get(task_id) == held[task_id]
                 if still_held:
-                    self.lost.add(task_id)
-                    log.warning("task %s: lease lost; its outcome will be ignored", task_id)
+                    # Either lost, or locked by its own outcome write at this moment (skipped);
+                    # the outcome's compare-and-set decides which, and records a stale one.
+                    log.debug("task %s: lease not renewed this round", task_id)
         if conn is not None:
             conn.close()

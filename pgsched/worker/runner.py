@@ -18,6 +18,7 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 import psycopg
@@ -98,7 +99,9 @@ class TaskRunner:
         written: Callable[[int], None],
         connections: ConnectionSource,
         dsn: str | None = None,
+        executor: Executor | None = None,
     ) -> None:
+        self._executor = executor
         self._dsn = dsn
         self._worker_id = worker_id
         self._registration_for = registration_for
@@ -189,28 +192,31 @@ class TaskRunner:
         validate = registration.step("validate")
         if validate is not None:
             try:
-                await call_step(validate, ctx)
+                await call_step(validate, ctx, self._executor)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 ctx.logger.warning("validate refused the task: %s", exc)
                 error = "validate refused: " + describe(exc)
                 return Outcome(task.id, task.lease_token, "FAILED", error)
+        deadline: asyncio.Timeout | None = None
         try:
             before = registration.step("before_execute")
             if before is not None:
-                await call_step(before, ctx)
+                await call_step(before, ctx, self._executor)
             execute = registration.step("execute")
             assert execute is not None
-            if registration.timeout is None:
-                await call_step(execute, ctx)
-            else:
-                await asyncio.wait_for(call_step(execute, ctx), registration.timeout)
+            async with asyncio.timeout(registration.timeout) as deadline:
+                await call_step(execute, ctx, self._executor)
         except asyncio.CancelledError:
             raise
-        except TimeoutError:
-            error = f"timed out after {registration.timeout}s"
-            return retry_outcome(task, registration.retry, error)
+        except TimeoutError as exc:
+            if deadline is not None and deadline.expired():
+                error = f"timed out after {registration.timeout}s"
+                return retry_outcome(task, registration.retry, error)
+            # The handler's own TimeoutError (a client library's): an ordinary failure.
+            ctx.logger.warning("attempt %s failed: %s", task.attempt, exc)
+            return retry_outcome(task, registration.retry, describe(exc))
         except Exception as exc:
             ctx.logger.warning("attempt %s failed: %s", task.attempt, exc)
             return retry_outcome(task, registration.retry, describe(exc))
@@ -226,7 +232,7 @@ class TaskRunner:
         after = registration.step("after_execute")
         if after is not None:
             try:
-                await call_step(after, ctx)
+                await call_step(after, ctx, self._executor)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

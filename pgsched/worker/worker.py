@@ -15,6 +15,7 @@ import signal
 import socket
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -54,6 +55,7 @@ class Worker:
         self._recurring: set[int] = set()
         self._background: set[asyncio.Future[None]] = set()
         self.completed = 0
+        self.abandoned_threads = 0
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -100,6 +102,8 @@ class Worker:
             self.config.flush_interval,
             on_flushed=lambda batch: self._after_flush(keeper, batch),
         )
+        # Plain-function handlers run here: as many threads as tasks may run at once.
+        executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgsched-task")
         runner = TaskRunner(
             self.worker_id,
             self.registry.get,
@@ -109,6 +113,7 @@ class Worker:
             ),
             connections=ConnectionSource(pool, self._sync_pool_factory),
             dsn=self.dsn,
+            executor=executor,
         )
         wakeups = Wakeups(self.dsn, lanes)
 
@@ -187,6 +192,10 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             await buffer.flush()
             keeper.stop()
+            # Threads of abandoned plain handlers are not waited for: their tasks were
+            # released above, and their late reports will be refused as stale.
+            executor.shutdown(wait=False, cancel_futures=True)
+            self.abandoned_threads = self._running_threads(executor)
             await pool.close()
             if self._sync_pool is not None:
                 self._sync_pool.close()
@@ -212,6 +221,10 @@ class Worker:
                 )
             )
         await buffer.flush()
+
+    @staticmethod
+    def _running_threads(executor: ThreadPoolExecutor) -> int:
+        return sum(1 for thread in getattr(executor, "_threads", ()) if thread.is_alive())
 
     def _after_flush(self, keeper: LeaseKeeper, batch: list[Outcome]) -> None:
         """Outcomes are written: drop their leases; advance the recurring ones that finished."""
