@@ -1,0 +1,1 @@
+"""Handler modules that worker subprocesses started by the tests import (`--app ...:app`)."""
