@@ -141,7 +141,7 @@ class TaskRunner:
             ctx = TaskContext(task, self._worker_id, conn, dsn=self._dsn)
             outcome = await self._lifecycle(registration, ctx)
             if outcome.outcome == "COMPLETED":
-                committed = await self._complete_in(conn, registration, outcome)
+                committed = await self._complete_in(conn, registration, task, outcome)
             else:
                 self._record(outcome)
         finally:
@@ -165,7 +165,9 @@ class TaskRunner:
         log.info("task %s fanned out to %s tenants", task.id, tenants)
         self._written(task.id)
 
-    async def _complete_in(self, conn: Any, registration: Registration, outcome: Outcome) -> bool:
+    async def _complete_in(
+        self, conn: Any, registration: Registration, task: TaskRow, outcome: Outcome
+    ) -> bool:
         """Write the completion in the handler's transaction; True when it should commit."""
         params = finish_params([outcome])
         try:
@@ -177,7 +179,7 @@ class TaskRunner:
                 )
         except psycopg.Error as exc:
             log.error("task %s: completion failed, rolling back its work: %s", outcome.task_id, exc)
-            self._record(retry_outcome_for(outcome, registration.retry, describe(exc)))
+            self._record(retry_outcome(task, registration.retry, describe(exc)))
             return False
         applied = bool(rows and rows[0][1])
         if not applied:
@@ -240,7 +242,3 @@ class TaskRunner:
                 error = "after_execute failed: " + describe(exc)
                 return Outcome(task.id, task.lease_token, "COMPLETED", error)
         return Outcome(task.id, task.lease_token, "COMPLETED")
-
-
-def retry_outcome_for(outcome: Outcome, policy: RetryPolicy, error: str) -> Outcome:
-    return Outcome(outcome.task_id, outcome.lease_token, "RETRY", error, policy.delay(1))
