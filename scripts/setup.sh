@@ -4,7 +4,6 @@
 # packages itself; run it as another user and it says what to install, then stops.
 #
 #   PostgreSQL server binaries  the tests start their own throwaway server (initdb, pg_ctl)
-#   redis-server                the Redis wake-up tests start their own redis-server
 #   python3 >= 3.11 with venv   .venv/ with pgsched installed editable, plus its dev tools
 set -euo pipefail
 
@@ -26,7 +25,6 @@ apt_install() {
 }
 
 have_pg_server() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
-have_redis() { command -v redis-server >/dev/null 2>&1; }
 
 find_python() {
     local candidate
@@ -43,7 +41,6 @@ find_python() {
 # --- system packages -----------------------------------------------------------------------
 missing=()
 have_pg_server || missing+=(postgresql)
-have_redis || missing+=(redis-server)
 find_python >/dev/null || missing+=(python3)
 if ! command -v runuser >/dev/null 2>&1; then
     missing+=(util-linux)
@@ -61,7 +58,6 @@ if ((${#missing[@]} > 0)); then
 fi
 
 have_pg_server || { say "PostgreSQL server binaries still missing after install"; exit 1; }
-have_redis || { say "redis-server still missing after install"; exit 1; }
 if is_root && ! id -u "${PGSCHED_PG_USER:-postgres}" >/dev/null 2>&1; then
     say "running as root, and Postgres refuses to run as root: the tests run it as the"
     say "'${PGSCHED_PG_USER:-postgres}' user, which does not exist (the postgresql package creates it)"
@@ -97,4 +93,4 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]] ||
     echo "$want" >"$stamp"
 fi
 
-say "ready: $(.venv/bin/python --version), PostgreSQL $(compgen -G '/usr/lib/postgresql/*/bin' | sed 's#.*/postgresql/\([0-9]*\)/bin#\1#' | sort -n | tail -1), $(redis-server --version | cut -d' ' -f3)"
+say "ready: $(.venv/bin/python --version), PostgreSQL $(compgen -G '/usr/lib/postgresql/*/bin' | sed 's#.*/postgresql/\([0-9]*\)/bin#\1#' | sort -n | tail -1)"
