@@ -86,6 +86,9 @@ class CronSchedule:
         if after.utcoffset() is None:
             raise CronError("`after` must be an aware datetime")
         after_utc = after.astimezone(UTC)
+        if self.frequent:
+            yield from self._frequent_fires_after(after_utc)
+            return
         local_day = after_utc.astimezone(self.zone).date() - timedelta(days=1)
         last_day = local_day + timedelta(days=366 * SEARCH_YEARS)
         previous: datetime | None = None
@@ -97,6 +100,36 @@ class CronSchedule:
                         yield instant
             local_day += timedelta(days=1)
 
+    def _standard_offset(self, day: date) -> timedelta:
+        noon = datetime.combine(day, time(12), tzinfo=self.zone)
+        return (noon.utcoffset() or timedelta(0)) - (noon.dst() or timedelta(0))
+
+    def _frequent_fires_after(self, after_utc: datetime) -> Iterator[datetime]:
+        """Frequent schedules walk the zone's standard-time grid (every N real minutes
+        whatever the clocks do); the day fields are matched against each instant's
+        wall-clock date, which DST can put on the neighbouring day."""
+        standard = self._standard_offset(after_utc.astimezone(self.zone).date())
+        start = (after_utc + standard).replace(tzinfo=None)
+        day = start.date()
+        last_day = day + timedelta(days=366 * SEARCH_YEARS)
+        one = timedelta(days=1)
+        while day <= last_day:
+            # A wall date is at most a day away from the standard-time date.
+            if any(self.day_matches(d) for d in (day - one, day, day + one)):
+                standard = self._standard_offset(day)
+                for hour in self.hours:
+                    if day == start.date() and hour < start.hour:
+                        continue
+                    for minute in self.minutes:
+                        instant = (datetime.combine(day, time(hour, minute)) - standard).replace(
+                            tzinfo=UTC
+                        )
+                        if instant <= after_utc:
+                            continue
+                        if self.day_matches(instant.astimezone(self.zone).date()):
+                            yield instant
+            day += one
+
     def next_fire(self, after: datetime) -> datetime:
         for instant in self.fires_after(after):
             return instant
@@ -107,18 +140,6 @@ class CronSchedule:
 
     def _fires_on(self, day: date) -> Iterator[datetime]:
         """The UTC instants this schedule fires at on one local day, ascending."""
-        if self.frequent:
-            # Standard time: the day's offset without its DST part, so every fire is N
-            # real minutes after the last whatever the clocks do.
-            noon = datetime.combine(day, time(12), tzinfo=self.zone)
-            standard = (noon.utcoffset() or timedelta(0)) - (noon.dst() or timedelta(0))
-            return iter(
-                sorted(
-                    (datetime.combine(day, time(hour, minute)) - standard).replace(tzinfo=UTC)
-                    for hour in self.hours
-                    for minute in self.minutes
-                )
-            )
         instants: list[datetime] = []
         for hour in self.hours:
             for minute in self.minutes:

@@ -251,15 +251,6 @@ def test_frequent_schedule_fires_every_n_real_minutes_through_the_transition(
         ("Australia/Lord_Howe", "*/30 * * * 6", (date(2026, 12, 4), date(2026, 12, 6)), 48),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "pgsched.cron CronSchedule._fires_on, frequent branch: fire times are laid out in "
-        "the zone's standard time but matched against the local date, so while DST is on "
-        "the first DST-hour of each matching day is fired on the day before/after instead "
-        "('*/15 * * * 1-5' in New York fires Sat 00:00-00:45 and starts Mon at 01:00)"
-    ),
-)
 def test_frequent_schedule_with_a_day_restriction_fires_on_those_local_days_only(
     zone: str, expression: str, days: tuple[date, date], per_day: int
 ) -> None:

@@ -49,7 +49,7 @@ class OutcomeBuffer:
         pool: AsyncConnectionPool,
         flush_size: int,
         flush_interval: float,
-        on_flushed: Callable[[list[Outcome]], None],
+        on_flushed: Callable[[list[Outcome], set[int]], None],
     ) -> None:
         self._pool = pool
         self._flush_size = flush_size
@@ -95,5 +95,6 @@ class OutcomeBuffer:
                 backoff = min(backoff * 2, 2.0)
                 continue
             self.flushed += len(batch)
-            self.stale += sum(1 for _, applied in rows if not applied)
-            self._on_flushed(batch)
+            applied = {task_id for task_id, ok in rows if ok}
+            self.stale += len(batch) - len(applied)
+            self._on_flushed(batch, applied)

@@ -100,7 +100,7 @@ class Worker:
             pool,
             self.config.flush_size,
             self.config.flush_interval,
-            on_flushed=lambda batch: self._after_flush(keeper, batch),
+            on_flushed=lambda batch, applied: self._after_flush(keeper, batch, applied),
         )
         # Plain-function handlers run here: as many threads as tasks may run at once.
         executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgsched-task")
@@ -109,7 +109,7 @@ class Worker:
             self.registry.get,
             record=buffer.add,
             written=lambda task_id: self._after_flush(
-                keeper, [Outcome(task_id, None, "COMPLETED")]
+                keeper, [Outcome(task_id, None, "COMPLETED")], {task_id}
             ),
             connections=ConnectionSource(pool, self._sync_pool_factory),
             dsn=self.dsn,
@@ -226,14 +226,15 @@ class Worker:
     def _running_threads(executor: ThreadPoolExecutor) -> int:
         return sum(1 for thread in getattr(executor, "_threads", ()) if thread.is_alive())
 
-    def _after_flush(self, keeper: LeaseKeeper, batch: list[Outcome]) -> None:
-        """Outcomes are written: drop their leases; advance the recurring ones that finished."""
+    def _after_flush(self, keeper: LeaseKeeper, batch: list[Outcome], applied: set[int]) -> None:
+        """Outcomes are written: drop their leases; advance the recurring ones that finished
+        (a stale report, refused by the database, advances nothing)."""
         advance: list[int] = []
         for outcome in batch:
             keeper.drop(outcome.task_id)
             if outcome.task_id in self._recurring:
                 self._recurring.discard(outcome.task_id)
-                if outcome.outcome == "COMPLETED":
+                if outcome.outcome == "COMPLETED" and outcome.task_id in applied:
                     advance.append(outcome.task_id)
         if advance:
             # The schedule advances only once the work finished. Should this process die
