@@ -172,6 +172,8 @@ class Worker:
             asyncio.create_task(self._rescue_loop(pool), name="pgsched-rescue"),
         ]
         claimers = [asyncio.create_task(lp.run(), name=f"pgsched-{lp.lane}") for lp in loops]
+        for task in (*background, *claimers):
+            task.add_done_callback(self._on_loop_exit)
         scheduler = Scheduler(self.dsn) if self.config.run_sweeps else None
         if scheduler is not None:
             threading.Thread(target=scheduler.run, name="pgsched-sweeps", daemon=True).start()
@@ -221,6 +223,15 @@ class Worker:
                 )
             )
         await buffer.flush()
+
+    def _on_loop_exit(self, task: asyncio.Task[None]) -> None:
+        """A loop of the worker must never end on its own: if one dies, say why loudly
+        and stop (a supervisor restarts the process; leases keep the tasks safe)."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        log.critical("worker loop %s died: %r; stopping", task.get_name(), exc, exc_info=exc)
+        self.request_stop()
 
     @staticmethod
     def _running_threads(executor: ThreadPoolExecutor) -> int:

@@ -1,0 +1,5 @@
+"""`python -m pgsched`: the same as the `pgsched` command."""
+
+from pgsched.cli import main
+
+main()
