@@ -134,8 +134,22 @@ def print_environment(machine: dict[str, Any], pg: dict[str, Any], dsn: str) -> 
     print(f"non-default settings: {shown}")
 
 
+def end_worker_backends(conn: psycopg.Connection[Any]) -> int:
+    """Terminate server sessions left by benchmark workers. A worker killed mid-statement
+    leaves its backend running (Postgres notices a dead client only when it next writes to
+    it), and its locks would make the next run's TRUNCATE wait."""
+    row = conn.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'bench-%%' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def reset_tables(conn: psycopg.Connection[Any]) -> None:
     """Empty every pgsched table so each run starts from the same state."""
+    ended = end_worker_backends(conn)
+    if ended:
+        print(f"   terminated {ended} server sessions left by killed workers")
     conn.execute(
         "TRUNCATE pgsched.tasks, pgsched.task_events, pgsched.idempotency_keys RESTART IDENTITY"
     )
@@ -341,6 +355,7 @@ class WorkerProcs:
         raise TimeoutError("workers did not start listening in time")
 
     def stop(self, timeout: float = 60.0) -> list[int | None]:
+        """SIGTERM (graceful), then SIGKILL after `timeout`; the exit codes (-9: killed)."""
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -503,6 +518,13 @@ def event_span(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }
 
 
+def completed_count(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pgsched.tasks_done WHERE status = 'COMPLETED'"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def run_setting(
     dsn: str,
     n: int,
@@ -512,6 +534,7 @@ def run_setting(
     task_type: str,
     chunk: int,
     timeout: float,
+    max_seconds: float,
 ) -> dict[str, Any]:
     label = f"procs={processes} batch={batch_size} conc={concurrency}"
     print(f"\n== {label}: {n:,} x {task_type}")
@@ -527,9 +550,11 @@ def run_setting(
         )
         loadavg_before = os.getloadavg()
         workers.start()
+        started = time.monotonic()
+        first: CpuSample | None = None
+        failure: str | None = None
         try:
-            first: CpuSample | None = None
-            last_progress = time.monotonic()
+            last_progress = started
             seen = 0
             while True:
                 workers.check_alive()
@@ -538,22 +563,44 @@ def run_setting(
                     first = sample_cpu(workers.pids, pg)
                 if written != seen:
                     seen, last_progress = written, time.monotonic()
-                if written >= 2 * n:
+                # Events are numbered before their statement commits (and a task run
+                # twice writes more than two): count the committed completions.
+                if written >= 2 * n and completed_count(conn) >= n:
                     break
-                if time.monotonic() - last_progress > timeout:
-                    raise TimeoutError(f"no progress for {timeout}s at {written} events")
+                now = time.monotonic()
+                if now - last_progress > timeout:
+                    failure = f"no progress for {timeout:g}s at {written:,} events"
+                    break
+                if now - started > max_seconds:
+                    failure = f"not done after {max_seconds:g}s ({written:,} events)"
+                    break
                 time.sleep(0.05)
-            # Events are allocated before their statement commits: wait for the commits.
-            while True:
-                row = conn.execute(
-                    "SELECT count(*) FROM pgsched.tasks_done WHERE status = 'COMPLETED'"
-                ).fetchone()
-                if row and row[0] >= n:
-                    break
-                time.sleep(0.02)
             last = sample_cpu(workers.pids, pg)
         finally:
-            codes = workers.stop()
+            # A run that failed is not drained gracefully: its backlog could take minutes.
+            codes = workers.stop(60.0 if failure is None else 5.0)
+        if failure is not None or first is None:
+            done = completed_count(conn)
+            warnings = workers.warnings()
+            workers.cleanup()
+            print(f"   FAILED: {failure}; {done:,} of {n:,} completed")
+            for line in warnings[:5]:
+                print(f"   worker log: {line}")
+            return {
+                "processes": processes,
+                "batch_size": batch_size,
+                "concurrency": concurrency,
+                "tasks": n,
+                "task_type": task_type,
+                "error": failure or "no task was claimed",
+                "completed": done,
+                "elapsed_s": round(time.monotonic() - started, 1),
+                "tasks_per_s": None,
+                "worker_exit_codes": codes,
+                "worker_warnings": warnings,
+                "verification": {"ok": False},
+                "cpu": {},
+            }
         assert first is not None
         warnings = workers.warnings()
         workers.cleanup()
@@ -600,10 +647,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_throughput", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--tasks", type=int, default=100_000, help="tasks per setting")
-    parser.add_argument("--batch-size", type=int, nargs="+", default=[50, 100, 250, 500])
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[50, 200, 500])
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--tasks", type=int, default=None, help="tasks per setting (100,000)")
+    parser.add_argument(
+        "--batch-size", type=int, nargs="+", default=None, help="default: 50 100 250 500"
+    )
+    parser.add_argument("--concurrency", type=int, nargs="+", default=None, help="50 200 500")
+    parser.add_argument("--processes", type=int, nargs="+", default=None, help="1 2")
     parser.add_argument(
         "--task-type",
         default="noop",
@@ -611,8 +660,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="noop: async handler; noop_sync: plain def (runs in a thread)",
     )
     parser.add_argument("--chunk", type=int, default=20_000, help="tasks per schedule call")
-    parser.add_argument("--timeout", type=float, default=120.0, help="give up after no progress")
-    parser.add_argument("--quick", action="store_true", help="20,000 tasks, one setting")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="give a setting up after no progress (s)"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=300.0, help="give a setting up after this long"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="20,000 tasks, batch 100, concurrency 50"
+    )
     parser.add_argument("--dsn", default=None, help="benchmark this server instead")
     parser.add_argument("--out", type=Path, default=RESULTS / "throughput.json")
     parser.add_argument(
@@ -622,11 +678,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="SQL run after migrating, to measure an engine change without editing sql/",
     )
     args = parser.parse_args(argv)
-    if args.quick:
-        args.tasks = 20_000
-        args.batch_size = [500]
-        args.concurrency = [500]
-        args.processes = [1]
+    # --quick: one short setting (any of these given explicitly still wins), bounded so
+    # that it ends within a minute even when the engine falls behind.
+    quick = args.quick
+    args.tasks = args.tasks or (20_000 if quick else 100_000)
+    args.batch_size = args.batch_size or ([100] if quick else [50, 100, 250, 500])
+    args.concurrency = args.concurrency or ([50] if quick else [50, 200, 500])
+    args.processes = args.processes or ([1] if quick else [1, 2])
+    if quick:
+        args.timeout = min(args.timeout, 20.0)
+        args.max_seconds = min(args.max_seconds, 40.0)
     return args
 
 
@@ -650,6 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             args.task_type,
                             args.chunk,
                             args.timeout,
+                            args.max_seconds,
                         )
                     )
         pg_settings = server.settings if server is not None else None
@@ -666,6 +728,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "postgres_us_per_task",
         "other_cores",
         "events_ok",
+        "extra_claims",
+        "note",
     ]
     cpu_columns = (
         "worker_cores",
@@ -679,6 +743,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             **r,
             **{k: r["cpu"].get(k) for k in cpu_columns},
             "events_ok": r["verification"]["ok"],
+            "extra_claims": (
+                r["verification"]["claim_events"] - r["tasks"]
+                if "claim_events" in r["verification"]
+                else None
+            ),
+            "note": r.get("error") or "; ".join(w[:60] for w in r["worker_warnings"][:2]),
         }
         for r in results
     ]
