@@ -220,6 +220,9 @@ class HandlerRegistry:
     def task_types(self) -> list[str]:
         return sorted(self._by_type)
 
+    def registrations(self) -> list[Registration]:
+        return list(self._by_type.values())
+
 
 async def call_step(
     fn: Callable[[TaskContext], Any], ctx: TaskContext, executor: Executor | None = None

@@ -355,3 +355,13 @@ BEGIN
     RETURN dead_discard.task_id;
 END;
 $$;
+
+-- The hot path's statements join arrays of a batch's size against the hot partition. A
+-- cached generic plan guesses a few rows and picks nested loops whose cost grows with
+-- (tasks in flight x batch size); a plan made for each call's real arrays stays linear.
+ALTER FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, interval, timestamptz)
+SET plan_cache_mode = force_custom_plan;
+ALTER FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz)
+SET plan_cache_mode = force_custom_plan;
+ALTER FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamptz)
+SET plan_cache_mode = force_custom_plan;

@@ -81,7 +81,9 @@ class OutcomeBuffer:
     async def flush(self) -> None:
         backoff = 0.05
         while self._items:
-            batch, self._items = self._items, []
+            # At most flush_size per statement: a backlog is written in bounded steps.
+            batch = self._items[: self._flush_size]
+            del self._items[: self._flush_size]
             self._arrived.clear()
             self._full.clear()
             try:

@@ -56,6 +56,8 @@ class ConnectionSource:
         params = {"tenant_id": tenant_id}
         if is_async:
             conn = await self._async_pool.getconn()
+            # The pool's connections are autocommit; this one holds a transaction.
+            await conn.set_autocommit(False)
             await conn.execute(query("session_tenant_set"), params)
             return conn
 
@@ -77,6 +79,7 @@ class ConnectionSource:
         if is_async:
             try:
                 await (conn.commit() if commit else conn.rollback())
+                await conn.set_autocommit(True)
             finally:
                 await self._async_pool.putconn(conn)
             return

@@ -87,10 +87,15 @@ class Worker:
                 loop.add_signal_handler(sig, self._on_signal)
         lanes = self.config.lanes
         concurrency = sum(self.config.lane_settings(lane).concurrency for lane in lanes)
+        # Claims, next-due queries, outcome flushes and ledger writes are short: a few
+        # connections serve them. Only transactional handlers hold one for their whole run.
+        transactional = any(r.transactional for r in self.registry.registrations())
         pool = AsyncConnectionPool(
             self.dsn,
-            min_size=len(lanes) + 1,
-            max_size=2 * len(lanes) + 2 + concurrency,
+            min_size=len(lanes) + 2,
+            max_size=2 * len(lanes) + 4 + (concurrency if transactional else 0),
+            # Every hot-path call is one statement: autocommit spares a BEGIN and a COMMIT.
+            kwargs={"autocommit": True},
             open=False,
         )
         await pool.open(wait=True)
