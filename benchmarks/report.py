@@ -219,6 +219,18 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def cpu_per_task(r: dict[str, Any]) -> float | None:
+    w = g(r, "cpu_us_per_task", "workers")
+    p = g(r, "cpu_us_per_task", "postgres")
+    return None if w is None or p is None else w + p
+
+
+def median_of(values: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
 def engine_xact_ages(results: dict[str, Any]) -> list[tuple[str, float]]:
     ages: list[tuple[str, float]] = []
 
@@ -612,6 +624,40 @@ def markdown(results: dict[str, Any], plot_files: list[str]) -> str:
         )
         md.append("")
         md.append(f"**Flatness: {fmt(c2.get('flatness'), 3)}** (target ≥ 0.9).")
+        md.append("")
+        cpu_rows = []
+        for p in c2["points"]:
+            costs = [cpu_per_task(r) for r in p["runs"] if cpu_per_task(r) is not None]
+            other = [
+                g(r, "cpu", "other_cores")
+                for r in p["runs"]
+                if g(r, "cpu", "other_cores") is not None
+            ]
+            cpu_rows.append(
+                [
+                    count_label(p["backlog"]) if p["backlog"] else "0",
+                    ", ".join(f"{c:,.0f}" for c in costs),
+                    fmt(median_of(costs), 0),
+                    ", ".join(f"{o:.2f}" for o in other),
+                ]
+            )
+        md.append(
+            "The machine is shared, so throughput also moves with whatever else runs. CPU time per task"
+            " (worker process + Postgres, from /proc) depends much less on the neighbours; if the backlog"
+            " cost the claim path anything it would show here:"
+        )
+        md.append("")
+        md.append(
+            table(
+                cpu_rows,
+                [
+                    "backlog",
+                    "CPU µs per task (runs)",
+                    "median",
+                    "other processes' cores during the runs",
+                ],
+            )
+        )
         md.append("")
         if "throughput_vs_backlog.png" in plot_files:
             md.append("![throughput against backlog size](plots/throughput_vs_backlog.png)")
@@ -1055,9 +1101,25 @@ def markdown(results: dict[str, Any], plot_files: list[str]) -> str:
     return "\n".join(md)
 
 
+# Measured while this suite was being built, on the engine before 657aaa6 (cached generic
+# plans in the hot path, unbounded outcome flushes); that commit fixed both. Kept as the
+# evidence behind findings 2 and 3.
+BEFORE_657AAA6 = (
+    "Before 657aaa6 the same no-op drain swung between ~170 and ~4,700 tasks/s from run to run"
+    " (20,000 tasks, one worker, batch 100 or 500, 200k cold tasks), with stalls of 45 s and more;"
+    " pg_stat_statements showed `task_finish_many` at ~0.9 s per call (10 s at worst) and"
+    " `task_heartbeat_many` at ~0.3 s, and pg_stat_activity up to 11,000 tasks PROCESSING at once."
+    " The cached generic plan estimated `unnest()` of the batch at 10 rows and drove the UPDATE"
+    " from `tasks_hot_lease_idx` (every PROCESSING row), rescanning the batch for each one, and"
+    " `OutcomeBuffer.flush` wrote everything pending in one statement, so a slow flush made the"
+    " next one bigger."
+)
+
+
 def findings(results: dict[str, Any]) -> list[str]:
     """The bottlenecks the figures point at, each with its evidence and a suggested change."""
     out: list[str] = []
+    commit = g(results, "machine", "git_commit", default="")[:10]
     pc = g(results, "case5", "promotion_chunk", "runs", default=[])
     wpc = g(results, "what_if", "promotion_chunk", "runs", default=[])
     if pc:
@@ -1067,94 +1129,125 @@ def findings(results: dict[str, Any]) -> list[str]:
             if wpc
             else "not measured"
         )
+        first, last = pc[0], pc[-1]
+        growth = (last["ms"] / first["ms"]) if first["ms"] else None
         out.append(
-            "**The transition trigger is quadratic in the rows a statement changes** (sql/0001_record.sql,"
-            " `pgsched.task_record_transitions`). Its legality probe `SELECT … FROM old_rows o JOIN new_rows n"
-            " ON n.id = o.id WHERE … AND NOT transition_is_legal(…) LIMIT 1` is planned as a nested loop over"
-            " the two transition tables (the LIMIT 1 makes a fast-start plan look cheap; transition tables"
-            " have no statistics), and since a legal statement never finds a row it runs to the end:"
-            " n² comparisons. auto_explain on a 2,000-row promotion showed `Rows Removed by Join Filter:"
-            " 4000000` and 2.3 s in that probe alone. Promotion chunks out of the cold tier (case 5):"
-            f" {base}; with the probe rewritten as below: {fixed}. It hits every batched statement: claims"
-            " (batch size), completions (the flushed batch), heartbeats (every held lease, although no"
-            " status changes) and promotion (10,000-row chunks: minutes each). **Change:** join once, in"
-            " a `MATERIALIZED` CTE (hash join), and probe that (the first statement of `WHAT_IF_SQL`);"
-            " or `ALTER FUNCTION pgsched.task_record_transitions() SET enable_nestloop = off`."
+            "**Open: the transition trigger is quadratic in the rows one statement changes**"
+            " (sql/0001_record.sql, `pgsched.task_record_transitions`). Its legality probe"
+            " `SELECT … FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE … AND NOT"
+            " transition_is_legal(…) LIMIT 1` is planned as a nested loop over the two transition"
+            " tables: the LIMIT 1 prices the join as if it stopped at the first illegal row, and a"
+            " legal statement has none, so it compares every old row with every new one"
+            " (auto_explain on a 2,000-row promotion: `Rows Removed by Join Filter: 4000000`, 2.3 s in"
+            " that probe). `plan_cache_mode = force_custom_plan` (657aaa6) does not change this: the"
+            f" custom plan knows the row counts and still nests. At the measured commit ({commit}),"
+            f" promotion chunks out of the 10M cold tier took {base}"
+            + (
+                f" ({last['chunk'] // first['chunk']}× the rows, {growth:.1f}× the time)"
+                if growth
+                else ""
+            )
+            + f"; with the probe rewritten (what-if below): {fixed}. The sweep promotes 10,000-row"
+            " chunks, so a busy day's promotion stalls for the better part of a minute per chunk while"
+            " holding the rows' locks. **Change:** join once in a `MATERIALIZED` CTE (a hash join) and"
+            " probe that, as the first statement of `WHAT_IF_SQL` does; or give the function"
+            " `SET enable_nestloop = off`."
         )
+    out.append(
+        "**Fixed during this work (657aaa6): generic plans in the hot path and unbounded completion"
+        " batches.** " + BEFORE_657AAA6 + " The measured commit plans each call with its real"
+        " arrays and writes at most `flush_size` outcomes per statement; this run's drains are"
+        " steady (see cases 2 and 3)."
+    )
     runs = [r for p in g(results, "case2", "points", default=[]) for r in p.get("runs", [])] + g(
         results, "case3", "runs", default=[]
     )
-    rates = [r.get("tasks_per_s") for r in runs if r.get("tasks_per_s")]
-    busy = [
-        g(r, "engine_xacts", "max_processing")
+    over = [
+        (g(r, "engine_xacts", "max_processing"), r.get("concurrency"), r.get("processes", 1))
         for r in runs
-        if g(r, "engine_xacts", "max_processing") is not None
+        if g(r, "engine_xacts", "max_processing") is not None and r.get("concurrency")
     ]
-    capped = sum(1 for r in runs if not r.get("finished", True))
-    wtp = g(results, "what_if", "throughput", "best", "tasks_per_s")
-    wbusy = [
-        g(r, "engine_xacts", "max_processing")
-        for p in g(results, "what_if", "backlog", "points", default=[])
-        for r in p.get("runs", [])
-    ]
-    if rates:
+    worst = max(over, key=lambda x: x[0] / (x[1] * x[2]), default=None)
+    if worst and worst[0] > worst[1] * worst[2]:
         out.append(
-            "**Completions are planned to scan every PROCESSING row for every outcome** (sql/0004_dispatch.sql,"
-            " `task_finish_many`, and the same join in `task_heartbeat_many`). PL/pgSQL caches a generic plan;"
-            " it estimates `unnest()` of the batch at 10 rows and drives the UPDATE from `tasks_hot_lease_idx`"
-            " (all PROCESSING rows), rescanning the batch for each: O(PROCESSING × batch). pg_stat_statements"
-            " in a 20,000-task run showed `task_finish_many` at ~0.9 s per call (10 s at worst) and"
-            " `task_heartbeat_many` at ~0.3 s, holding row locks the completions then wait for. It feeds"
-            " on itself (finding 3): the worker keeps claiming while completions lag, PROCESSING grows, each"
-            " completion gets slower. Evidence here: the pgsched runs of cases 2 and 3 range from"
-            f" {min(rates):,} to {max(rates):,} tasks/s on the same workload"
-            + (f", up to {max(busy):,} tasks PROCESSING at once" if busy else "")
-            + (
-                f", {capped} run(s) stalled (no completion for 45 s) or hit the cap"
-                if capped
-                else ""
-            )
-            + (f"; with the fixes applied the best throughput is {wtp:,} tasks/s" if wtp else "")
-            + (
-                f" and PROCESSING peaks at {max(x for x in wbusy if x is not None):,}"
-                if [x for x in wbusy if x is not None]
-                else ""
-            )
-            + ". **Change:** plan each call with the real array lengths (`ALTER FUNCTION … SET plan_cache_mode ="
-            " force_custom_plan`, as `WHAT_IF_SQL` does), or drive the UPDATE from the ids"
-            " (`FROM unnest(...) u JOIN LATERAL (SELECT … FROM pgsched.tasks WHERE id = u.id AND status ="
-            " 'PROCESSING')`)."
+            "**A lane's concurrency does not bound the tasks it holds** (pgsched/worker/lanes.py):"
+            " it counts running handlers, so a finished handler frees its slot before its outcome is"
+            f" written and the lane claims again. This run saw {worst[0]:,} tasks PROCESSING at once"
+            f" with {worst[2]} worker process(es) of concurrency {worst[1]}. Harmless while completions"
+            " keep up; it is how the collapse above fed itself, and it lets a worker hold leases on"
+            " more tasks than it will run. **Change:** keep the slot until the outcome is written, or"
+            " stop claiming while more than ~flush_size outcomes are pending."
         )
-        out.append(
-            "**Nothing bounds the outcomes waiting to be written** (pgsched/worker/outcomes.py,"
-            " pgsched/worker/lanes.py). A lane's concurrency counts running handlers only, so a no-op handler"
-            " frees its slot at once and the lane claims again while its outcome still waits in the buffer;"
-            " and `OutcomeBuffer.flush` writes everything pending in one statement (`flush_size` triggers a"
-            " flush but does not cap it), so a slow flush makes the next one bigger. Together with findings"
-            " 1 and 2 this turns a short slowdown into a collapse (thousands of tasks PROCESSING, one"
-            " completion statement of 10,000 rows). **Change:** count a task against the lane until its"
-            " outcome is written (or stop claiming while more than ~2 × flush_size outcomes are pending), and"
-            " flush at most `flush_size` rows per statement."
-        )
+    c2 = g(results, "case2", "points", default=[])
+    if len(c2) >= 2:
+        costs = [
+            (
+                p["backlog"],
+                median_of([cpu_per_task(r) for r in p["runs"] if cpu_per_task(r) is not None]),
+            )
+            for p in c2
+        ]
+        costs = [(b, c) for b, c in costs if c]
+        if len(costs) >= 2:
+            (_, c0), (b1, c1) = costs[0], costs[-1]
+            others = [
+                g(r, "cpu", "other_cores")
+                for p in c2
+                for r in p["runs"]
+                if g(r, "cpu", "other_cores") is not None
+            ]
+            out.append(
+                f"**Backlog flatness is {fmt(g(results, 'case2', 'flatness'), 3)} by throughput; by CPU per"
+                " task it is not the backlog.** CPU per task (worker + Postgres) went from"
+                f" {c0:,.0f} µs with an empty cold tier to {c1:,.0f} µs with {count_label(b1)} future tasks"
+                f" ({c0 / c1:.2f} by that measure), while other processes on the 2 cores used"
+                f" {min(others):.2f}–{max(others):.2f} cores during the runs; CPU time per task"
+                " itself rises under contention (shared caches, context switches), so a"
+                f" {(c1 / c0 - 1) * 100:+.0f} % move is"
+                + (
+                    " within what the neighbours alone do."
+                    if abs(c1 / c0 - 1) <= 0.2
+                    else " more than contention alone explains."
+                )
+                + " The statements of the hot path never reach"
+                " tasks_cold: EXPLAIN on the 10M database shows the claim, the completion UPDATE and the"
+                " heartbeat pruned to tasks_hot by their status predicates, and the completion's"
+                " stale-report join probes the partitions only for outcomes that were refused. No"
+                " engine change suggested; a quiet machine would settle the figure."
+            )
     bulk = g(results, "case1", "bulk")
     if bulk:
         per_conn = bulk.get("rows_per_s_per_connection")
         out.append(
-            f"**Bulk scheduling runs at {bulk['rows_per_s']:,} rows/s** ({per_conn:,} rows/s per busy"
-            " connection, 2 connections on 2 cores shared with other work): 10M needs"
-            f" {10_000_000 / bulk['rows_per_s']:,.0f} s. The time is server CPU in `schedule_tasks` /"
-            " `task_insert_many` (validation CTEs, unnest of 12 arrays, 3 indexes on tasks_cold plus the"
-            " primary key) — the client side is a small part (see benchmarks/bench_schedule.py's profile)."
-            " More connections only help with more cores."
+            f"**Bulk scheduling: {bulk['rows']:,} tasks in {bulk['wall_s']:.0f} s ({bulk['rows_per_s']:,} rows/s,"
+            f" {per_conn:,} rows/s per busy connection).** Both connections are server-CPU bound in"
+            " `schedule_tasks` / `task_insert_many` (the client's share of a call is a few percent:"
+            " `call_client_cpu_s_summed` in results.json) and there are only 2 cores, shared; 3 minutes for"
+            " 10M needs ~56k rows/s. benchmarks/bench_schedule.py's profile (full run) breaks a chunk"
+            " down by statement and tries variants of the functions."
         )
     single = g(results, "case1", "single")
     if single:
+        cl = g(results, "case1", "commit_latency", "ms", "p50")
         out.append(
-            f"**One at a time** costs {single['one_transaction']['ms_per_call']} ms per call inside a"
-            f" transaction ({single['one_transaction']['rows_per_s']:,}/s): plpgsql `schedule_task` with"
-            " a settings read, the tenant and input checks, `nextval`, an INSERT routed through the"
-            " partitioned table; autocommit adds the commit (the disk's flush latency). The target of"
-            " 2,000/s needs ≤ 0.5 ms per call."
+            f"**One at a time:** {single['one_transaction']['ms_per_call']} ms per call inside a transaction"
+            f" ({single['one_transaction']['rows_per_s']:,}/s); autocommit {single['autocommit']['ms_per_call']} ms"
+            f" ({single['autocommit']['rows_per_s']:,}/s), of which the commit's WAL flush is ~{cl} ms here"
+            " (and more under load). Autocommit from one connection cannot reach 2,000/s on a disk whose"
+            " flush takes more than ~0.5 ms; batch with `schedule_tasks` or commit several calls at once."
+        )
+    ages = engine_xact_ages(results)
+    if ages:
+        label, age = max(ages, key=lambda x: x[1])
+        head = (
+            "**The engine's transactions stay short:**"
+            if age <= 5.0
+            else "**An engine transaction stayed open for more than 5 s:**"
+        )
+        out.append(
+            f"{head} the oldest seen in any pgsched run was {age:.3f} s ({label}); no engine"
+            " transaction, active or idle, was older (pg_stat_activity every 0.5 s). Under the"
+            " held-open transaction of case 6 see that case for the worker's own figure."
         )
     out.append(
         "**PGQueuer's psycopg driver adds up to ~1 s to a pick when no NOTIFY arrives** (not an engine"
