@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma-separated stages to skip: case1..case6, whatif, peers (for development)",
+        help="comma-separated stages to skip: case1..case6, peers (for development)",
     )
     args = parser.parse_args(argv)
     if args.out is None:
@@ -108,9 +108,6 @@ def main(argv: list[str] | None = None) -> int:
         if "case6" not in skip:
             with stage(results, "case6"):
                 results["case6"] = bench_unhealthy.run(live, plan)
-        if "whatif" not in skip:
-            with stage(results, "what-if"):
-                results["what_if"] = suite.what_if(server, plan)
         if "peers" not in skip:
             results["peers"] = []
             for p in peers.PEERS:
@@ -163,11 +160,14 @@ def run_pgsched_backlog_and_scheduling(
                 "promotion_chunk": suite.promotion_chunk_timing(dsn),
             }
             a = results["case5"]["after_work"]
-            chunks = results["case5"]["promotion_chunk"]["runs"]
+            chunks = results["case5"]["promotion_chunk"]
             suite.note(
                 f"tasks_hot + indexes: {a['hot_bytes']:,} of {a['total_bytes']:,} bytes ="
-                f" {a['hot_fraction']:.5%}; promotion chunks: "
-                + ", ".join(f"{c['chunk']:,} rows {c['ms']:,.0f} ms" for c in chunks)
+                f" {a['hot_fraction']:.5%}; promotion chunks (first pass / second pass): "
+                + ", ".join(
+                    f"{c['chunk']:,} rows {f['ms']:,.0f}/{c['ms']:,.0f} ms"
+                    for f, c in zip(chunks["first_pass"], chunks["runs"], strict=True)
+                )
             )
 
 

@@ -534,8 +534,10 @@ def peer_lateness(
 ) -> dict[str, Any]:
     n = int(rate * duration)
     peer.clear(dsn)
+    commit_ms = suite.commit_latency(dsn, 20)["ms"]["p50"]
     out = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     procs = peer.workers(dsn, name, setting["processes"], setting, out).start()
+    stall: list[Any] = []
     try:
         wait_connected(dsn, name, setting["processes"])
         time.sleep(2.0)  # imports done, schema checked, listening
@@ -552,6 +554,18 @@ def peer_lateness(
             done, _ = wait_until(
                 lambda: (lambda c: (c >= n, c))(peer.completed(conn)), finish_wait_s, procs, 30.0
             )
+            if not done:
+                # What the workers were doing when they fell behind (for the report).
+                stall = [
+                    list(r)
+                    for r in conn.execute(
+                        "SELECT state, wait_event_type, wait_event,"
+                        " round(extract(EPOCH FROM clock_timestamp() - query_start)::numeric, 2),"
+                        " left(regexp_replace(query, '\\s+', ' ', 'g'), 100)"
+                        " FROM pg_stat_activity WHERE application_name LIKE %s",
+                        (f"{name}-%",),
+                    ).fetchall()
+                ]
     finally:
         codes = procs.stop(dsn=dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -566,6 +580,8 @@ def peer_lateness(
         "schedule_s": round(schedule_s, 3),
         "schedule_margin_s": round(margin, 3),
         "all_completed": done,
+        "commit_p50_ms_before": commit_ms,
+        "stall_snapshot": stall,
         **lateness_figures(values, n),
         "worker_exit_codes": codes,
         "worker_warnings": procs.warnings(),
