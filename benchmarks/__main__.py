@@ -12,8 +12,10 @@ synchronous_commit on; it prints every other setting and why), then runs, in ord
             commit latency
     case 2  backlog flatness with those 10M (200k) tasks present
     case 5  the claim path's bytes, a promotion chunk out of the full cold tier
+    case 4  (promotion) a slice due at a steady rate coming out of that cold tier through
+            `pgsched scheduler`'s promotion sweep
     case 3  no-op throughput sweep (fresh database)
-    case 4  lateness: 100/s, 1,000/s, stepped up to the highest sustained rate; promotion
+    case 4  lateness: 100/s, 1,000/s, stepped up to the highest sustained rate
     case 6  unhealthy database: a transaction held open under load
     peers   procrastinate and PGQueuer: cases 3, 2 and 4 (each in its own database)
 
@@ -127,7 +129,8 @@ def run_pgsched_backlog_and_scheduling(
     dsn: str, plan: Plan, server: Any, results: dict[str, Any], skip: set[str]
 ) -> None:
     """Case 2's smaller points, case 1 (whose tasks are case 2's largest point), case 2's
-    largest point, case 5: one database, the cold tier grown in between."""
+    largest point, case 5, then case 4's promotion run (the slice coming out of the cold
+    tier among all of case 1's tasks): one database, the cold tier grown in between."""
     points: list[dict[str, Any]] = []
     largest = max(plan.backlog_points)
     if "case2" not in skip:
@@ -169,6 +172,10 @@ def run_pgsched_backlog_and_scheduling(
                     for f, c in zip(chunks["first_pass"], chunks["runs"], strict=True)
                 )
             )
+    if "case4" not in skip:
+        with stage(results, "case4 promotion"):
+            step("case 4: tasks out of the cold tier through promotion, beside the backlog")
+            results["case4_promotion"] = suite.pgsched_promotion_lateness(dsn, plan)
 
 
 def note_flatness(c2: dict[str, Any]) -> None:

@@ -307,6 +307,13 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     "--concurrency", type=int, default=16, show_default=True, help="Tasks at once, per lane."
 )
 @click.option("--batch-size", type=int, default=100, show_default=True, help="Max rows per claim.")
+@click.option(
+    "--flush-size",
+    type=int,
+    default=500,
+    show_default=True,
+    help="Max outcomes per completion statement; claims pause while this many wait.",
+)
 @click.option("--lease", "lease_seconds", type=float, default=30.0, show_default=True)
 @click.option(
     "--poll-interval", type=float, default=2.0, show_default=True, help="Backup poll (s)."
@@ -324,6 +331,7 @@ def worker(
     lanes: str,
     concurrency: int,
     batch_size: int,
+    flush_size: int,
     lease_seconds: float,
     poll_interval: float,
     grace_seconds: float,
@@ -349,6 +357,7 @@ def worker(
             lanes=parse_lanes(lanes),
             concurrency=concurrency,
             batch_size=batch_size,
+            flush_size=flush_size,
             lease_seconds=lease_seconds,
             poll_interval=poll_interval,
             grace_seconds=grace_seconds,

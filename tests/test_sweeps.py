@@ -872,3 +872,41 @@ def test_every_minute_schedule_fires_on_the_minute_and_arms_the_next(
         "SELECT status::text FROM pgsched.tasks WHERE id = %s", (next_task,)
     ).fetchone()
     assert status is not None and status[0] == "QUEUED"
+
+
+def test_promotion_reads_only_the_slice_coming_due(
+    conn: psycopg.Connection, connect: Callable[..., psycopg.Connection]
+) -> None:
+    """A sweep with a big cold tier reads the rows it moves, not the whole tier (0005's
+    filter could not use the due index: every sweep read every cold row)."""
+    now = db_now(conn)
+    conn.execute(
+        "SELECT pgsched.schedule_tasks("
+        "  task_types => array_fill('far'::text, ARRAY[30000]),"
+        "  run_ats => array_fill(%s::timestamptz, ARRAY[30000]))",
+        (now + timedelta(days=10),),
+    )
+    soon = [
+        schedule(conn, "p", run_at=now + timedelta(hours=2), as_of=now - timedelta(days=2))
+        for _ in range(3)
+    ]
+    conn.execute("ANALYZE pgsched.tasks_cold")
+    sweeper = connect(autocommit=True)
+
+    def cold_tuples_read() -> int:
+        # Stats reach the shared views when a backend flushes them: force it, then read.
+        sweeper.execute("SELECT pg_stat_force_next_flush()")
+        sweeper.execute("SELECT 1")
+        sweeper.execute("SELECT pg_stat_clear_snapshot()")
+        row = sweeper.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
+            " FROM pg_stat_user_tables WHERE relid = 'pgsched.tasks_cold'::regclass"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = cold_tuples_read()
+    assert PromotionSweep().run_once(sweeper, now) == {"promoted": 3, "chunks": 1}
+    read = cold_tuples_read() - before
+    assert read < 100, f"the sweep read {read} cold rows to promote 3"
+    assert {placement(conn, i)[1] for i in soon} == {"pgsched.tasks_hot"}

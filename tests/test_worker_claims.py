@@ -1,14 +1,18 @@
 """task_claim_many under contention: 20 sessions claiming at once never get more rows than
-they asked for, never the same row twice, and between them claim every due row."""
+they asked for, never the same row twice, and between them claim every due row. A worker
+whose outcomes cannot be written stops claiming instead of taking leases it cannot finish."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
+from worker_helpers import create_test_tables, running_workers, wait_until
 
 ROWS = 10_000
 CLAIMERS = 20
@@ -90,3 +94,50 @@ def test_concurrent_claims_are_bounded_and_disjoint(
         "SELECT count(*), count(DISTINCT task_id) FROM pgsched.task_events"
         " WHERE to_status = 'PROCESSING'"
     ).fetchone() == (ROWS, ROWS)
+
+
+def test_claims_pause_while_outcomes_cannot_be_written(
+    conn: psycopg.Connection,
+    connect: Callable[..., psycopg.Connection],
+    db_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    create_test_tables(conn)
+    tasks, concurrency, flush = 200, 20, 5  # flush: the --flush-size below
+    conn.execute(
+        "SELECT pgsched.schedule_tasks(task_types => array_fill('fn_async'::text, ARRAY[%s]))",
+        (tasks,),
+    )
+    # Completions move rows into tasks_done; a SHARE lock there blocks them (and only them:
+    # claims stay inside tasks_hot).
+    blocker = connect(autocommit=False)
+    blocker.execute("LOCK TABLE pgsched.tasks_done IN SHARE MODE")
+
+    def processing() -> int:
+        row = conn.execute(
+            "SELECT count(*) FROM pgsched.tasks WHERE status = 'PROCESSING'"
+        ).fetchone()
+        return row[0] if row else 0
+
+    with running_workers(db_env, tmp_path) as workers:
+        workers.start(
+            "w-pressure",
+            lease=60,
+            extra=["--concurrency", str(concurrency), "--batch-size", "20", "--flush-size", "5"],
+        )
+        wait_until(lambda: processing() >= concurrency, 20, what="the first claims")
+        time.sleep(2.0)
+        held = processing()
+        # Without the pause the lane claims again as each handler returns: all 200.
+        assert held <= concurrency + flush, f"{held} tasks PROCESSING with the flush blocked"
+        blocker.rollback()
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) = %s FROM pgsched.tasks WHERE status = 'COMPLETED'", (tasks,)
+                ).fetchone()
+                == (True,)
+            ),
+            30,
+            what="every task to complete once outcomes can be written",
+        )

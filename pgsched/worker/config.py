@@ -47,8 +47,8 @@ class WorkerConfig:
             raise ValueError("a worker needs at least one lane")
         if Lane.DEAD in self.lanes:
             raise ValueError("the DEAD lane holds terminal failures; no worker runs it")
-        if self.batch_size < 1 or self.concurrency < 1:
-            raise ValueError("batch_size and concurrency must be at least 1")
+        if self.batch_size < 1 or self.concurrency < 1 or self.flush_size < 1:
+            raise ValueError("batch_size, concurrency and flush_size must be at least 1")
         if self.lease_seconds < 1:
             raise ValueError("lease_seconds must be at least 1")
 

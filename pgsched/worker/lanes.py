@@ -59,6 +59,7 @@ class LaneLoop:
         claim: Callable[[Lane, int], Awaitable[list[TaskRow]]],
         next_due: Callable[[Lane], Awaitable[tuple[datetime | None, datetime]]],
         start: Callable[[TaskRow, Callable[[], None]], Any],
+        room: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.lane = lane
         self.settings = settings
@@ -68,6 +69,7 @@ class LaneLoop:
         self._claim = claim
         self._next_due = next_due
         self._start = start
+        self._room = room
         self._limiter = RateLimiter(settings.rate) if settings.rate else None
         self.in_flight = 0
         self._slot_freed = asyncio.Event()
@@ -84,6 +86,9 @@ class LaneLoop:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            if self._room is not None:
+                # Outcomes waiting to be written hold leases too: let them drain first.
+                await self._room()
             want = min(free, self.batch_size)
             if self._limiter is not None:
                 allowed = self._limiter.available()

@@ -1,9 +1,13 @@
 """The outcome buffer: completions and failures written in batches, one statement a flush.
 
 A flush happens when `flush_size` outcomes wait or `flush_interval` has passed since the
-first one arrived. If the database is unreachable the outcomes stay buffered and are
-retried; should the leases expire meanwhile, the tasks run again (at least once) and the
-late reports are recorded as stale, never applied.
+first one arrived. The lanes stop claiming while `flush_size` outcomes wait (`room`): a
+worker never holds leases on far more tasks than it has running, and a slow flush slows
+the claims instead of growing the next flush.
+
+If the database is unreachable the outcomes stay buffered and are retried; should the
+leases expire meanwhile, the tasks run again (at least once) and the late reports are
+recorded as stale, never applied.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class OutcomeBuffer:
         self._items: list[Outcome] = []
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
+        self._roomy = asyncio.Event()
+        self._roomy.set()
         self.flushed = 0
         self.stale = 0
 
@@ -66,9 +72,16 @@ class OutcomeBuffer:
         self._arrived.set()
         if len(self._items) >= self._flush_size:
             self._full.set()
+            self._roomy.clear()
 
     def __len__(self) -> int:
         return len(self._items)
+
+    async def room(self) -> None:
+        """Return once fewer than `flush_size` outcomes wait to be written."""
+        while len(self._items) >= self._flush_size:
+            self._roomy.clear()
+            await self._roomy.wait()
 
     async def run(self) -> None:
         while True:
@@ -96,6 +109,8 @@ class OutcomeBuffer:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            if len(self._items) < self._flush_size:
+                self._roomy.set()
             self.flushed += len(batch)
             applied = {task_id for task_id, ok in rows if ok}
             self.stale += len(batch) - len(applied)

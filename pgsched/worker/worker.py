@@ -168,6 +168,7 @@ class Worker:
                 claim,
                 next_due,
                 start,
+                room=buffer.room,
             )
             for lane in lanes
         ]
