@@ -151,7 +151,8 @@ def reset_tables(conn: psycopg.Connection[Any]) -> None:
     if ended:
         print(f"   terminated {ended} server sessions left by killed workers")
     conn.execute(
-        "TRUNCATE pgsched.tasks, pgsched.task_events, pgsched.idempotency_keys RESTART IDENTITY"
+        "TRUNCATE pgsched.tasks, pgsched.task_events, pgsched.idempotency_keys,"
+        " pgsched.completed_work RESTART IDENTITY"
     )
 
 
@@ -172,8 +173,10 @@ def schedule_chunked(
     lane: str | None = None,
     run_ats: Sequence[datetime] | None = None,
     chunk: int = 20_000,
+    keyed: bool = False,
 ) -> tuple[list[int], float]:
-    """Schedule n tasks through pgsched.schedule_tasks, `chunk` per call and transaction.
+    """Schedule n tasks through pgsched.schedule_tasks, `chunk` per call and transaction,
+    each with its own idempotency key when `keyed` (so each run also writes the ledger).
     Returns (task ids, seconds taken)."""
     ids: list[int] = []
     started = time.perf_counter()
@@ -186,9 +189,11 @@ def schedule_chunked(
                 " task_types => %(types)s::text[],"
                 " run_ats => %(run_ats)s::timestamptz[],"
                 " priorities => %(priorities)s::integer[],"
+                " idempotency_keys => %(keys)s::text[],"
                 " lanes => %(lanes)s::text[]) ORDER BY ordinal",
                 {
                     "types": [task_type] * size,
+                    "keys": [f"bench-{i}" for i in range(lo, hi)] if keyed else None,
                     "run_ats": None if run_ats is None else list(run_ats[lo:hi]),
                     "priorities": [priority] * size,
                     "lanes": None if lane is None else [lane] * size,
@@ -535,12 +540,13 @@ def run_setting(
     chunk: int,
     timeout: float,
     max_seconds: float,
+    keyed: bool = False,
 ) -> dict[str, Any]:
     label = f"procs={processes} batch={batch_size} conc={concurrency}"
-    print(f"\n== {label}: {n:,} x {task_type}")
+    print(f"\n== {label}: {n:,} x {task_type}{' (keyed)' if keyed else ''}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         reset_tables(conn)
-        ids, schedule_s = schedule_chunked(dsn, n, task_type=task_type, chunk=chunk)
+        ids, schedule_s = schedule_chunked(dsn, n, task_type=task_type, chunk=chunk, keyed=keyed)
         assert len(ids) == n
         print(f"   scheduled in {schedule_s:.2f}s ({n / schedule_s:,.0f}/s)")
         prepare_for_run(conn)
@@ -661,6 +667,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--chunk", type=int, default=20_000, help="tasks per schedule call")
     parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help="give every task an idempotency key (the worker then writes the ledger)",
+    )
+    parser.add_argument(
         "--timeout", type=float, default=60.0, help="give a setting up after no progress (s)"
     )
     parser.add_argument(
@@ -712,6 +723,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             args.chunk,
                             args.timeout,
                             args.max_seconds,
+                            keyed=args.keyed,
                         )
                     )
         pg_settings = server.settings if server is not None else None

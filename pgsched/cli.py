@@ -587,6 +587,28 @@ def _history_time(text: str | None, hint: str) -> datetime | None:
     return moment
 
 
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args: tuple[str, ...]) -> None:
+    """The benchmark suite: `pgsched bench --quick` (minutes), `pgsched bench` (10M tasks).
+
+    Same as `python -m benchmarks`; every option (see `pgsched bench --help`) passes through.
+    The suite lives in the source tree, beside the peers it compares against
+    (`pip install -e '.[bench]'`)."""
+    try:
+        from benchmarks.__main__ import main as run_suite
+    except ImportError:
+        _fail(
+            "the benchmark suite is part of the source tree (benchmarks/), not of the package:"
+            " run it from a checkout installed with pip install -e '.[bench]'"
+        )
+        return
+    sys.exit(run_suite(list(args)))
+
+
 @main.group()
 def tenants() -> None:
     """The tenant registry: who product and global tasks run for."""

@@ -282,8 +282,14 @@ LISTEN pgsched_recurring;
 -- name: task_fan_out
 SELECT pgsched.task_fan_out(%(task_id)s, %(lease_token)s) AS tenants;
 
--- name: work_record_done
-SELECT pgsched.work_record_done(%(task_id)s, %(lease_token)s) AS recorded;
+-- name: work_record_done_many
+SELECT
+    task_id,
+    recorded
+FROM pgsched.work_record_done_many(
+    task_ids => %(task_ids)s::bigint[],
+    lease_tokens => %(lease_tokens)s::uuid[]
+);
 
 -- name: work_once
 SELECT pgsched.work_once(%(tenant_id)s, %(task_type)s, %(key)s, %(task_id)s) AS first_time;

@@ -229,9 +229,18 @@ def test_worker_claims_fans_out_and_finishes_but_cannot_administer(
         (plain, claimed[plain]),
     ).fetchall()
     assert beat == [(plain,)]
+    # The ledger, for a batch: only a held, keyed task gets an entry (the product task has
+    # no key; a wrong lease token writes nothing), and only the first write records it.
+    assert worker.execute(
+        "SELECT * FROM pgsched.work_record_done_many(%s::bigint[], %s::uuid[])",
+        ([plain, product, plain], [claimed[plain], claimed[product], uuid.uuid4()]),
+    ).fetchall() == [(plain, True), (product, False), (plain, False)]
     assert worker.execute(
         "SELECT pgsched.work_record_done(%s, %s)", (plain, claimed[plain])
-    ).fetchone() == (True,)
+    ).fetchone() == (False,)
+    assert conn.execute(
+        "SELECT tenant_id, task_type, idempotency_key, task_id FROM pgsched.completed_work"
+    ).fetchall() == [("acme", "send_email", "welcome:7", plain)]
     assert worker.execute(
         "SELECT pgsched.work_once('acme', 'send_email', 'welcome-email', %s)", (plain,)
     ).fetchone() == (True,)

@@ -4,6 +4,7 @@ config.py    what a worker is told (lanes, concurrency, batch sizes, lease, grac
 wakeup.py    LISTEN/NOTIFY on a dedicated connection that reconnects by itself
 leases.py    the heartbeat thread that keeps leases alive whatever handlers do
 outcomes.py  the buffer that writes completions and failures in batches
+ledger.py    the completed-work ledger of keyed tasks, written in batches after execute
 runner.py    one task through validate / before_execute / execute / after_execute
 lanes.py     one claim loop per lane: claim, start, sleep until the next due time
 worker.py    wires them together; graceful shutdown on SIGTERM / SIGINT

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any
 
@@ -101,10 +101,12 @@ class TaskRunner:
         record: Callable[[Outcome], None],
         written: Callable[[int], None],
         connections: ConnectionSource,
+        record_done: Callable[[int, Any], Awaitable[bool]],
         dsn: str | None = None,
         executor: Executor | None = None,
     ) -> None:
         self._executor = executor
+        self._record_done = record_done
         self._dsn = dsn
         self._worker_id = worker_id
         self._registration_for = registration_for
@@ -229,10 +231,8 @@ class TaskRunner:
             # Before the (batched) completion: a worker dying now leaves a ledger entry,
             # and the retry becomes a recorded no-op instead of a second effect.
             try:
-                await self._connections.run_one(
-                    "work_record_done", {"task_id": task.id, "lease_token": task.lease_token}
-                )
-            except psycopg.Error as exc:
+                await self._record_done(task.id, task.lease_token)
+            except Exception as exc:
                 ctx.logger.warning("could not record the work as done yet: %s", exc)
         after = registration.step("after_execute")
         if after is not None:

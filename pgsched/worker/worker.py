@@ -30,6 +30,7 @@ from pgsched.sweeps import Scheduler
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.lanes import LaneLoop
 from pgsched.worker.leases import LeaseKeeper
+from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
 from pgsched.worker.runner import ConnectionSource, TaskRunner
 from pgsched.worker.wakeup import Wakeups
@@ -107,6 +108,7 @@ class Worker:
             self.config.flush_interval,
             on_flushed=lambda batch, applied: self._after_flush(keeper, batch, applied),
         )
+        ledger = LedgerWriter(pool)
         # Plain-function handlers run here: as many threads as tasks may run at once.
         executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgsched-task")
         runner = TaskRunner(
@@ -117,6 +119,7 @@ class Worker:
                 keeper, [Outcome(task_id, None, "COMPLETED")], {task_id}
             ),
             connections=ConnectionSource(pool, self._sync_pool_factory),
+            record_done=ledger.record_done,
             dsn=self.dsn,
             executor=executor,
         )
@@ -175,6 +178,7 @@ class Worker:
         background = [
             asyncio.create_task(wakeups.run(), name="pgsched-listen"),
             asyncio.create_task(buffer.run(), name="pgsched-outcomes"),
+            asyncio.create_task(ledger.run(), name="pgsched-ledger"),
             asyncio.create_task(self._rescue_loop(pool), name="pgsched-rescue"),
         ]
         claimers = [asyncio.create_task(lp.run(), name=f"pgsched-{lp.lane}") for lp in loops]
