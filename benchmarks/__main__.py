@@ -152,6 +152,21 @@ def run_pgsched_backlog_and_scheduling(
             points.append(bench_backlog.measure_point(dsn, plan, largest))
         results["case2"] = bench_backlog.summarize(points, plan)
         note_flatness(results["case2"])
+        with stage(results, "case2 control"):
+            # The same drain with no backlog at all, in a second database, while the buffer
+            # cache is still full of the backlog's pages: separates what the cold tier costs
+            # the claim path from what a full buffer cache costs any workload.
+            control_dsn = suite.pgsched_database(server, "pgsched_control")
+            cache = bench_backlog.buffer_cache_use(control_dsn)
+            step(f"case 2: control: no backlog, buffer cache as the backlog left it: {cache}")
+            point = bench_backlog.measure_point(control_dsn, plan, 0)
+            point["buffer_cache"] = cache
+            c = bench_backlog.control_summary(point, results["case2"])
+            results["case2"]["control"] = c
+            suite.note(
+                f"control: median {c['median_tasks_per_s']} tasks/s = {c['ratio_to_empty']} of the"
+                f" empty run; the largest backlog runs at {c['largest_to_control']} of the control"
+            )
     if "case5" not in skip:
         with stage(results, "case5"):
             step(

@@ -87,6 +87,32 @@ def measure_point(dsn: str, plan: Plan, backlog_label: int) -> dict[str, Any]:
     }
 
 
+def buffer_cache_use(dsn: str) -> dict[str, int] | None:
+    """How many of the server's shared buffers hold a page (pg_buffercache), or None when
+    the server lacks that contrib extension."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_buffercache")
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE relfilenode IS NOT NULL), count(*)"
+                " FROM pg_buffercache"
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return {"used": int(row[0]), "total": int(row[1])} if row else None
+
+
+def control_summary(point: dict[str, Any], case2: dict[str, Any]) -> dict[str, Any]:
+    """The control point: no backlog in its database, but the buffer cache as full as the
+    largest backlog left it. Compared with both the empty run and the largest backlog."""
+    points = case2["points"]
+    empty, largest = points[0]["median_tasks_per_s"], points[-1]["median_tasks_per_s"]
+    rate = point["median_tasks_per_s"]
+    point["ratio_to_empty"] = round(rate / empty, 3) if empty and rate else None
+    point["largest_to_control"] = round(largest / rate, 3) if largest and rate else None
+    return point
+
+
 def summarize(points: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
     base = points[0]["median_tasks_per_s"] if points else None
     for p in points:
