@@ -100,7 +100,7 @@ class Plan:
             pg_test_fsync=True,
             backlog_points=(0, 1_000_000, 10_000_000),
             backlog_tasks=50_000,
-            backlog_repeats=2,
+            backlog_repeats=3,
             backlog_batch=500,
             backlog_concurrency=500,
             backlog_cap_s=150.0,
@@ -1090,7 +1090,76 @@ def case3_throughput(dsn: str, plan: Plan) -> dict[str, Any]:
         )
         note(drain_line(r))
         runs.append(r)
-    return {"runs": runs, **best_of(runs)}
+    step("case 3: what a claim and a completion cost Postgres, with and without the trigger")
+    cost = hot_path_statement_cost(dsn, plan.throughput_tasks)
+    note(
+        ", ".join(
+            f"{k}: claim {v['claim_us']} + completion {v['finish_us']} = {v['total_us']} µs/task"
+            for k, v in cost["modes"].items()
+        )
+    )
+    return {"runs": runs, **best_of(runs), "statement_cost": cost}
+
+
+TRANSITIONS_TRIGGER = "tasks_record_transitions"
+
+
+def hot_path_statement_cost(dsn: str, n: int, batch: int = 500) -> dict[str, Any]:
+    """n tasks claimed and completed `batch` at a time from one connection, no worker:
+    wall time per task of `task_claim_many` and `task_finish_many` (each its own commit),
+    first with the transition trigger that writes task_events, then with it disabled (a
+    measurement only: the engine never runs without it), then with it again."""
+    finish = (
+        "SELECT count(*) FROM pgsched.task_finish_many(task_ids => %s::bigint[],"
+        " lease_tokens => %s::uuid[], outcomes => %s::text[], errors => %s::text[],"
+        " retry_delays => %s::interval[])"
+    )
+    modes: dict[str, dict[str, float]] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            for label, trigger in (
+                ("trigger", "ENABLE"),
+                ("no trigger", "DISABLE"),
+                ("trigger again", "ENABLE"),
+            ):
+                conn.execute(
+                    f"ALTER TABLE pgsched.tasks {trigger} TRIGGER tasks_record_transitions"
+                )
+                clear_worked_tasks(dsn)
+                schedule_due_now(dsn, n)
+                conn.execute("ANALYZE pgsched.tasks_hot")
+                claim_s = finish_s = 0.0
+                while True:
+                    t0 = time.perf_counter()
+                    rows = conn.execute(
+                        "SELECT id, lease_token FROM pgsched.task_claim_many("
+                        "'NORMAL', %s, 'bench-cost', '30 seconds')",
+                        (batch,),
+                    ).fetchall()
+                    t1 = time.perf_counter()
+                    if not rows:
+                        break
+                    conn.execute(
+                        finish,
+                        (
+                            [r[0] for r in rows],
+                            [r[1] for r in rows],
+                            ["COMPLETED"] * len(rows),
+                            [None] * len(rows),
+                            [None] * len(rows),
+                        ),
+                    )
+                    claim_s += t1 - t0
+                    finish_s += time.perf_counter() - t1
+                modes[label] = {
+                    "claim_us": round(claim_s / n * 1e6, 1),
+                    "finish_us": round(finish_s / n * 1e6, 1),
+                    "total_us": round((claim_s + finish_s) / n * 1e6, 1),
+                }
+        finally:
+            conn.execute(f"ALTER TABLE pgsched.tasks ENABLE TRIGGER {TRANSITIONS_TRIGGER}")
+    clear_worked_tasks(dsn)
+    return {"tasks": n, "batch": batch, "modes": modes}
 
 
 def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
