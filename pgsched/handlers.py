@@ -19,6 +19,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -36,8 +37,8 @@ class TaskRow:
     id: int
     task_type: str
     tenant_id: str
-    payload: Any
-    metadata: dict[str, Any]
+    payload_json: str
+    metadata_json: str
     attempt: int
     max_attempts: int
     scheduled_for: datetime
@@ -49,6 +50,16 @@ class TaskRow:
     scope: str = "tenant"
     # Set when this (tenant, type, key) already completed: the run is a recorded no-op.
     done_by: int | None = None
+
+    # Decoded on first use, then kept: a handler that never reads them costs nothing.
+    @functools.cached_property
+    def payload(self) -> Any:
+        return None if self.payload_json is None else json.loads(self.payload_json)
+
+    @functools.cached_property
+    def metadata(self) -> dict[str, Any]:
+        decoded: dict[str, Any] = json.loads(self.metadata_json or "{}")
+        return decoded
 
 
 class TaskContext:

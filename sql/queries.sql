@@ -55,12 +55,14 @@ SELECT pgsched.timezone_problem(%(timezone)s) AS problem;
 
 -- name: task_claim_many
 -- done_by: the task that already completed this (tenant, type, key); its run is a no-op.
+-- payload and metadata travel as JSON text: the worker decodes them only if a handler
+-- reads them (many never read metadata; a no-op never reads either).
 SELECT
     c.id,
     c.task_type,
     c.tenant_id,
-    c.payload,
-    c.metadata,
+    c.payload::text AS payload_json,
+    c.metadata::text AS metadata_json,
     c.attempts,
     c.max_attempts,
     c.next_run_at,
@@ -86,15 +88,16 @@ SELECT
 FROM pgsched.lane_next_due(%(lane)s);
 
 -- name: task_finish_many
+-- Binary arrays: text-encoding a flush of 500 outcomes was a tenth of the worker's time.
 SELECT
     task_id,
     applied
 FROM pgsched.task_finish_many(
-    task_ids => %(task_ids)s::bigint[],
-    lease_tokens => %(lease_tokens)s::uuid[],
-    outcomes => %(outcomes)s::text[],
-    errors => %(errors)s::text[],
-    retry_delays => %(retry_delays)s::interval[]
+    task_ids => %(task_ids)b::bigint[],
+    lease_tokens => %(lease_tokens)b::uuid[],
+    outcomes => %(outcomes)b::text[],
+    errors => %(errors)b::text[],
+    retry_delays => %(retry_delays)b::interval[]
 );
 
 -- name: task_heartbeat_many

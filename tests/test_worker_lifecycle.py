@@ -255,3 +255,18 @@ def test_plain_handlers_run_as_many_at_once_as_concurrency(
     latest_start = max(start for start, _ in spans)
     overlapping = sum(1 for start, end in spans if start <= latest_start < end)
     assert overlapping == n, f"{overlapping} of {n} plain handlers ran at once"
+
+
+def test_task_row_decodes_payload_and_metadata_when_first_read() -> None:
+    from datetime import UTC, datetime
+
+    from pgsched.handlers import TaskRow
+
+    row = TaskRow(
+        1, "t", "acme", '{"a": [1, 2]}', '{"m": 1}', 1, 3, datetime.now(UTC), "NORMAL", 5, None, None
+    )
+    # Nothing decoded until a handler asks (a no-op handler never does).
+    assert "payload" not in vars(row) and "metadata" not in vars(row)
+    assert row.payload == {"a": [1, 2]}
+    assert row.payload is row.payload
+    assert row.metadata == {"m": 1}
