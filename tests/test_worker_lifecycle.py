@@ -262,9 +262,8 @@ def test_task_row_decodes_payload_and_metadata_when_first_read() -> None:
 
     from pgsched.handlers import TaskRow
 
-    row = TaskRow(
-        1, "t", "acme", '{"a": [1, 2]}', '{"m": 1}', 1, 3, datetime.now(UTC), "NORMAL", 5, None, None
-    )
+    due = datetime.now(UTC)
+    row = TaskRow(1, "t", "acme", '{"a": [1, 2]}', '{"m": 1}', 1, 3, due, "NORMAL", 5, None, None)
     # Nothing decoded until a handler asks (a no-op handler never does).
     assert "payload" not in vars(row) and "metadata" not in vars(row)
     assert row.payload == {"a": [1, 2]}
