@@ -183,3 +183,35 @@ def test_hot_partition_is_a_small_fraction_of_cold(backlog: psycopg.Connection) 
     ).fetchone()
     assert cold > 50 * 1024 * 1024
     assert hot < cold * 0.02, (hot, cold)
+
+
+def test_claim_probes_the_rows_it_locked_instead_of_hashing_the_hot_tier(
+    conn: psycopg.Connection,
+) -> None:
+    """With the partitioned parent analyzed (ids known unique) and thousands of rows
+    queued, the planner used to join the claim's locked ids back to tasks_hot by hashing
+    every queued row: a sequential scan of the hot tier per claim."""
+    conn.execute(
+        "SELECT count(*) FROM pgsched.schedule_tasks("
+        "  task_types => array_fill('hot'::text, ARRAY[20000]))"
+    )
+    conn.execute("ANALYZE pgsched.tasks")
+    conn.execute("ANALYZE pgsched.tasks_hot")
+
+    def hot_seq_scans() -> int:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT 1")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'pgsched.tasks_hot'::regclass"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = hot_seq_scans()
+    for _ in range(3):
+        claimed = conn.execute(
+            "SELECT count(*) FROM pgsched.task_claim_many('NORMAL', 500, 'w1')"
+        ).fetchone()
+        assert claimed == (500,)
+    assert hot_seq_scans() - before == 0
