@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from table_stats import table_stats
 
 if TYPE_CHECKING:
     from conftest import PgServer
@@ -199,14 +200,7 @@ def test_claim_probes_the_rows_it_locked_instead_of_hashing_the_hot_tier(
     conn.execute("ANALYZE pgsched.tasks_hot")
 
     def hot_seq_scans() -> int:
-        conn.execute("SELECT pg_stat_force_next_flush()")
-        conn.execute("SELECT 1")
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute(
-            "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'pgsched.tasks_hot'::regclass"
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+        return table_stats(conn, "pgsched.tasks_hot")["seq_scan"]
 
     before = hot_seq_scans()
     for _ in range(3):

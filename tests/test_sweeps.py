@@ -25,6 +25,7 @@ import psycopg
 import pytest
 from apps.recurring_app import create_tables
 from psycopg.rows import dict_row
+from table_stats import table_stats
 
 from pgsched import App
 from pgsched.sweeps import PromotionSweep, RecurringSweep, RescueSweep, RetentionSweep
@@ -894,16 +895,8 @@ def test_promotion_reads_only_the_slice_coming_due(
     sweeper = connect(autocommit=True)
 
     def cold_tuples_read() -> int:
-        # Stats reach the shared views when a backend flushes them: force it, then read.
-        sweeper.execute("SELECT pg_stat_force_next_flush()")
-        sweeper.execute("SELECT 1")
-        sweeper.execute("SELECT pg_stat_clear_snapshot()")
-        row = sweeper.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
-            " FROM pg_stat_user_tables WHERE relid = 'pgsched.tasks_cold'::regclass"
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
+        stats = table_stats(sweeper, "pgsched.tasks_cold")
+        return stats["seq_tup_read"] + stats["idx_tup_fetch"]
 
     before = cold_tuples_read()
     assert PromotionSweep().run_once(sweeper, now) == {"promoted": 3, "chunks": 1}
