@@ -1189,11 +1189,11 @@ def findings(results: dict[str, Any]) -> list[str]:
     # A lane holds at most `concurrency` running tasks plus the outcomes waiting to be
     # written: claims pause while flush_size (500, the worker's default) of them wait.
     flush_size = 500
-    worst = max(over, key=lambda x: x[0] / ((x[1] + flush_size) * x[2]), default=None)
-    if worst and worst[0] > (worst[1] + flush_size) * worst[2]:
+    worst = max(over, key=lambda x: x[0] / ((x[1] + 2 * flush_size) * x[2]), default=None)
+    if worst and worst[0] > (worst[1] + 2 * flush_size) * worst[2]:
         out.append(
             "**A lane held more tasks than its bound** (pgsched/worker/lanes.py,"
-            " pgsched/worker/outcomes.py): at most concurrency running plus flush_size outcomes"
+            " pgsched/worker/outcomes.py): at most concurrency running plus 2 x flush_size outcomes"
             f" waiting per process, but this run saw {worst[0]:,} tasks PROCESSING at once with"
             f" {worst[2]} worker process(es) of concurrency {worst[1]}. Look for a flush that"
             " does not release the lanes."
@@ -1202,7 +1202,8 @@ def findings(results: dict[str, Any]) -> list[str]:
         out.append(
             "**The tasks a worker holds are bounded** (fixed during this work, 73916e0): a lane"
             " pauses its claims while flush_size outcomes wait to be written, so a process holds"
-            " at most concurrency running tasks plus flush_size finished ones; before, a slow"
+            " at most concurrency running tasks plus two flush_size's worth of finished ones (one"
+            " statement being written, fewer than flush_size waiting); before, a slow"
             " flush let a lane claim again and again (up to 11,000 PROCESSING seen, see above)."
             f" This run's most PROCESSING at once: {worst[0]:,} with {worst[2]} process(es) of"
             f" concurrency {worst[1]}."

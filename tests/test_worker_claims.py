@@ -128,8 +128,10 @@ def test_claims_pause_while_outcomes_cannot_be_written(
         wait_until(lambda: processing() >= concurrency, 20, what="the first claims")
         time.sleep(2.0)
         held = processing()
-        # Without the pause the lane claims again as each handler returns: all 200.
-        assert held <= concurrency + flush, f"{held} tasks PROCESSING with the flush blocked"
+        # Held: the running ones, one flush statement (at most `flush`, blocked) and fewer
+        # than `flush` waiting. Without the pause the lane claims again as each handler
+        # returns: all 200.
+        assert held <= concurrency + 2 * flush, f"{held} tasks PROCESSING with the flush blocked"
         blocker.rollback()
         wait_until(
             lambda: (
