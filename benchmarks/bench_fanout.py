@@ -25,22 +25,12 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.bench_throughput import percentiles
 from benchmarks.pgserver import PgServer
 from pgsched.migrations import migrate
 
 REPO = Path(__file__).resolve().parent.parent
 PGSCHED = [sys.executable, "-m", "pgsched"]
-
-
-def percentiles(values: list[float]) -> dict[str, float | int | None]:
-    if not values:
-        return {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-    return {"n": len(ordered), "p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": at(1.0)}
 
 
 def start_worker(dsn: str, lanes: str, extra: list[str], log: Path) -> subprocess.Popen[bytes]:

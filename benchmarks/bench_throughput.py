@@ -215,7 +215,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def proc_stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()
@@ -229,7 +229,7 @@ class PostgresCpu:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        fields = _stat_fields(int(row[0])) if row else None
+        fields = proc_stat_fields(int(row[0])) if row else None
         # The backend's parent is the postmaster (field 4 = ppid).
         self.postmaster: int | None = int(fields[1]) if fields else None
 
@@ -238,19 +238,23 @@ class PostgresCpu:
         return self.postmaster is not None
 
     def seconds(self) -> float | None:
-        if self.postmaster is None:
-            return None
-        own = _stat_fields(self.postmaster)
-        if own is None:
-            return None
-        total = sum(int(own[i]) for i in (11, 12, 13, 14)) / CLK_TCK
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            fields = _stat_fields(int(entry))
-            if fields is not None and int(fields[1]) == self.postmaster:
-                total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-        return total
+        return None if self.postmaster is None else server_cpu_seconds(self.postmaster)
+
+
+def server_cpu_seconds(postmaster: int) -> float | None:
+    """CPU seconds of the server whose postmaster is `postmaster`: its own, its reaped
+    children's, and its live children's; None if it is gone."""
+    own = proc_stat_fields(postmaster)
+    if own is None:
+        return None
+    total = sum(int(own[i]) for i in (11, 12, 13, 14)) / CLK_TCK
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = proc_stat_fields(int(entry))
+        if fields is not None and int(fields[1]) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
 
 
 def machine_busy_seconds() -> float:

@@ -28,7 +28,8 @@ from typing import Any
 import psycopg
 
 from benchmarks import suite
-from benchmarks.suite import Plan, XactSampler, note, one, percentiles, step
+from benchmarks.bench_throughput import percentiles
+from benchmarks.suite import Plan, XactSampler, note, one, step
 
 WINDOW_S = 5.0
 LATENESS_WINDOW_S = 10.0

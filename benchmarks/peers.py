@@ -45,6 +45,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import suite
+from benchmarks.bench_throughput import percentiles
 from benchmarks.suite import (
     CpuMeter,
     Procs,
@@ -54,7 +55,6 @@ from benchmarks.suite import (
     lateness_figures,
     note,
     one,
-    percentiles,
     rate_figures,
     step,
     wait_until,

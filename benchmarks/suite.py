@@ -37,6 +37,15 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.bench_throughput import (
+    PostgresCpu,
+    cpu_seconds,
+    events_written,
+    machine_busy_seconds,
+    percentiles,
+    server_cpu_seconds,
+    verify_events,
+)
 from benchmarks.pgserver import DEFAULT_SETTINGS, PgServer, Setting
 
 REPO = Path(__file__).resolve().parent.parent
@@ -314,30 +323,6 @@ def loadavg() -> list[float]:
 # statistics
 
 
-def percentiles(values: Sequence[float]) -> dict[str, Any]:
-    """n, min, mean, p50 / p95 / p99 / p99.9, max (linear interpolation between ranks)."""
-    if not values:
-        return {"n": 0, "p50": None, "p95": None, "p99": None, "p99_9": None, "max": None}
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        pos = q * (len(ordered) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(ordered) - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-    return {
-        "n": len(ordered),
-        "min": round(ordered[0], 3),
-        "mean": round(statistics.fmean(ordered), 3),
-        "p50": round(at(0.50), 3),
-        "p95": round(at(0.95), 3),
-        "p99": round(at(0.99), 3),
-        "p99_9": round(at(0.999), 3),
-        "max": round(ordered[-1], 3),
-    }
-
-
 def cdf_points(values: Sequence[float], points: int = 400) -> list[list[float]]:
     """A compact CDF for plotting: [value, fraction] at evenly spaced ranks, plus the tail."""
     if not values:
@@ -360,44 +345,11 @@ def median(values: Sequence[float]) -> float | None:
 # CPU from /proc
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-
-
-def process_cpu(pid: int) -> float:
-    fields = _stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK if fields else 0.0
-
-
-def postgres_cpu(postmaster: int) -> float:
-    """CPU seconds of the server: the postmaster, reaped children, and live children."""
-    own = _stat_fields(postmaster)
-    if own is None:
-        return 0.0
-    total = sum(int(own[i]) for i in (11, 12, 13, 14)) / CLK_TCK
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None and int(fields[1]) == postmaster:
-                total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return total
-
-
-def machine_busy() -> float:
-    with open("/proc/stat") as stat:
-        values = [int(v) for v in stat.readline().split()[1:]]
-    return (sum(values[:8]) - values[3] - values[4]) / CLK_TCK
-
-
 def postmaster_pid(dsn: str) -> int | None:
+    # Read while the connection is open: its backend is the postmaster's child only as
+    # long as it lives (closing first raced the backend's exit: 0 Postgres CPU, at times).
     with psycopg.connect(dsn, autocommit=True) as conn:
-        backend = int(one(conn, "SELECT pg_backend_pid()"))
-    fields = _stat_fields(backend)
-    return int(fields[1]) if fields else None
+        return PostgresCpu(conn).postmaster
 
 
 @dataclass
@@ -411,9 +363,9 @@ class CpuMeter:
     def _sample(self) -> tuple[float, float, float, float]:
         return (
             time.monotonic(),
-            sum(process_cpu(p) for p in self.pids),
-            postgres_cpu(self.postmaster) if self.postmaster else 0.0,
-            machine_busy(),
+            sum(cpu_seconds(p) for p in self.pids),
+            (server_cpu_seconds(self.postmaster) or 0.0) if self.postmaster else 0.0,
+            machine_busy_seconds(),
         )
 
     def begin(self) -> None:
@@ -683,16 +635,6 @@ def completed(conn: psycopg.Connection[Any]) -> int:
     return int(one(conn, "SELECT count(*) FROM pgsched.tasks_done WHERE status = 'COMPLETED'"))
 
 
-def events_written(conn: psycopg.Connection[Any]) -> int:
-    """Events numbered so far (the identity sequence: cheaper than counting rows)."""
-    return int(
-        one(
-            conn,
-            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM pgsched.task_events_id_seq",
-        )
-    )
-
-
 class Drained:
     """A cheap progress check for a run of n tasks: the events sequence until it has moved
     by at least 2n since the start, then the count of completed tasks."""
@@ -709,49 +651,6 @@ class Drained:
             return False, moved
         done = completed(self.conn)
         return done >= self.n, moved + done
-
-
-def verify_events(conn: psycopg.Connection[Any], n: int) -> dict[str, Any]:
-    """Exactly two events per task: QUEUED->PROCESSING, then PROCESSING->COMPLETED."""
-    row = conn.execute(
-        """
-        SELECT count(*),
-               count(*) FILTER (WHERE from_status = 'QUEUED' AND to_status = 'PROCESSING'),
-               count(*) FILTER (WHERE from_status = 'PROCESSING' AND to_status = 'COMPLETED'),
-               count(DISTINCT task_id)
-          FROM pgsched.task_events
-        """
-    ).fetchone()
-    assert row is not None
-    total, claimed, done, tasks = (int(v) for v in row)
-    odd = one(
-        conn,
-        """
-        SELECT count(*) FROM (
-            SELECT task_id FROM pgsched.task_events GROUP BY task_id
-            HAVING count(*) <> 2
-                OR count(*) FILTER (WHERE to_status = 'PROCESSING') <> 1
-                OR count(*) FILTER (WHERE to_status = 'COMPLETED') <> 1
-        ) AS x
-        """,
-    )
-    out = {
-        "events": total,
-        "claim_events": claimed,
-        "complete_events": done,
-        "tasks_with_events": tasks,
-        "tasks_with_other_than_2_events": int(odd),
-        "tasks_completed": completed(conn),
-    }
-    out["ok"] = (
-        total == 2 * n
-        and claimed == n
-        and done == n
-        and tasks == n
-        and out["tasks_with_other_than_2_events"] == 0
-        and out["tasks_completed"] == n
-    )
-    return out
 
 
 def drain_rate(conn: psycopg.Connection[Any]) -> dict[str, Any]:
