@@ -15,7 +15,7 @@ import click
 import psycopg
 
 from pgsched.app import App
-from pgsched.config import DSN_ENV, resolve_dsn
+from pgsched.dsn import DSN_ENV, resolve_dsn
 from pgsched.embedded import EmbeddedCluster, EmbeddedError
 from pgsched.errors import PgschedError
 from pgsched.lanes import Lane
@@ -492,8 +492,8 @@ def scheduler(
         RecurringSweep,
         RescueSweep,
         RetentionSweep,
-        Scheduler,
         Sweep,
+        Sweeper,
     )
 
     logging.basicConfig(
@@ -512,7 +512,7 @@ def scheduler(
         for name, counts in run_all_once(dsn, sweeps).items():
             click.echo(f"{name}: {json.dumps(counts)}")
         return
-    runner = Scheduler(dsn, sweeps, leader_retry=leader_retry)
+    runner = Sweeper(dsn, sweeps, leader_retry=leader_retry)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     signal.signal(signal.SIGINT, lambda *_: runner.stop())
     runner.run()

@@ -1,4 +1,4 @@
-"""The sweeps, and the scheduler process that runs them on one elected leader.
+"""The sweeps, and the sweeper process that runs them on one elected leader.
 
 Every sweep has the same shape: a config with defaults, `run_once(conn, now)` returning
 counts, bounded batches (each SQL call is its own short transaction), and a jittered
@@ -11,8 +11,8 @@ interval. Each is idempotent: running it twice, or on two processes, is harmless
                     leases, and a wake-up for lanes with due work nobody claimed
     RetentionSweep  hourly: prune finished tasks and old events (default: keep 30 days)
 
-Leadership: the scheduler holds a session advisory lock on a dedicated connection. If the
-leader dies its session ends, the lock is released, and another scheduler takes over at
+Leadership: the sweeper holds a session advisory lock on a dedicated connection. If the
+leader dies its session ends, the lock is released, and another sweeper takes over at
 its next try (every `leader_retry` seconds, jittered).
 """
 
@@ -143,7 +143,7 @@ def default_sweeps() -> list[Sweep]:
     return [PromotionSweep(), RecurringSweep(), RescueSweep(), RetentionSweep()]
 
 
-class Scheduler:
+class Sweeper:
     """Runs the sweeps while it is the elected leader; otherwise waits to take over."""
 
     def __init__(
@@ -168,7 +168,7 @@ class Scheduler:
             try:
                 self._lead_when_elected()
             except psycopg.Error as exc:
-                log.warning("scheduler lost its database connection (%s); retrying", exc)
+                log.warning("sweeper lost its database connection (%s); retrying", exc)
                 self.is_leader = False
             if not self._stop.is_set():
                 self._stop.wait(self.leader_retry * random.uniform(0.5, 1.0))

@@ -27,9 +27,9 @@ from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.lanes import Lane
 from pgsched.queries import query
 from pgsched.recurring import arm_after_task
-from pgsched.sweeps import Scheduler
+from pgsched.sweeps import Sweeper
+from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.config import WorkerConfig
-from pgsched.worker.lanes import LaneLoop
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
@@ -192,7 +192,7 @@ class Worker:
         claimers = [asyncio.create_task(lp.run(), name=f"pgsched-{lp.lane}") for lp in loops]
         for task in (*background, *claimers):
             task.add_done_callback(self._on_loop_exit)
-        scheduler = Scheduler(self.dsn) if self.config.run_sweeps else None
+        scheduler = Sweeper(self.dsn) if self.config.run_sweeps else None
         if scheduler is not None:
             threading.Thread(target=scheduler.run, name="pgsched-sweeps", daemon=True).start()
         log.info("worker %s running lanes %s", self.worker_id, ",".join(lanes))

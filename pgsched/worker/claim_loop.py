@@ -22,7 +22,7 @@ from pgsched.handlers import TaskRow
 from pgsched.lanes import Lane
 from pgsched.worker.config import LaneSettings
 
-log = logging.getLogger("pgsched.worker.lanes")
+log = logging.getLogger("pgsched.worker.claim_loop")
 
 
 class RateLimiter:
