@@ -4,6 +4,8 @@ The version table records each applied file with its checksum. An advisory lock 
 processes migrating at once take turns; the second then finds nothing left to do. A database
 migrated by a newer pgsched (a version this one does not know) is refused, and so is an
 applied file whose checksum changed, since that means the schema is not what the code expects.
+A file renamed with its version and content unchanged is the same migration: its recorded
+name is updated.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def _migrate_locked(conn: psycopg.Connection, known: list[Migration]) -> Migrate
             f"this database was migrated by a newer pgsched (schema version {max(unknown)}); "
             f"this pgsched knows versions up to {newest_known}. Upgrade pgsched."
         )
+    renamed: list[Migration] = []
     for migration in known:
         if migration.version in applied:
             name, checksum = applied[migration.version]
@@ -70,6 +73,14 @@ def _migrate_locked(conn: psycopg.Connection, known: list[Migration]) -> Migrate
                     "checksum than the file this pgsched ships; the schema is not what the code "
                     "expects. Migrations are forward-only: never edit an applied one."
                 )
+            if name != migration.name:
+                renamed.append(migration)
+    # Same version, same content, a clearer file name: the record follows the file.
+    for migration in renamed:
+        conn.execute(
+            "UPDATE pgsched.schema_migrations SET name = %s WHERE version = %s",
+            (migration.name, migration.version),
+        )
     done: list[int] = []
     for migration in known:
         if migration.version in applied:

@@ -210,3 +210,36 @@ def test_edited_shipped_file_is_refused(
     monkeypatch.setattr(migrations_module, "migrations", lambda: edited)
     with pytest.raises(MigrationError, match="never edit an applied one"):
         migrate(dsn)
+
+
+def test_renamed_file_with_same_version_and_content_is_accepted(
+    new_database: Callable[..., str],
+) -> None:
+    """A database migrated when 0005 was called `time` takes the clearer name, nothing else."""
+    dsn = new_database()
+    migrate(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgsched.schema_migrations SET name = 'time' WHERE version = 5")
+    before = versions(dsn)
+    result = migrate(dsn)
+    assert result.applied == []
+    after = versions(dsn)
+    assert [(v, n, c) for v, n, c, _ in after] == [
+        (m.version, m.name, m.checksum) for m in migrations()
+    ]
+    # Only the name moved: checksums and applied_at are the recorded ones.
+    assert [(v, c, a) for v, _, c, a in after] == [(v, c, a) for v, _, c, a in before]
+
+
+def test_renamed_and_edited_file_is_still_refused(new_database: Callable[..., str]) -> None:
+    dsn = new_database()
+    migrate(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgsched.schema_migrations SET name = 'time', checksum = 'edited'"
+            " WHERE version = 5"
+        )
+    before = versions(dsn)
+    with pytest.raises(MigrationError, match="different checksum"):
+        migrate(dsn)
+    assert versions(dsn) == before

@@ -1,0 +1,2912 @@
+-- sql/schema.sql: generated; regenerate with `python -m pgsched.schema_dump`; do not edit.
+
+--
+-- PostgreSQL database dump
+--
+
+--
+-- Name: pgsched; Type: SCHEMA; Schema: -; Owner: -
+--
+
+CREATE SCHEMA pgsched;
+
+--
+-- Name: misfire_policy; Type: TYPE; Schema: pgsched; Owner: -
+--
+
+CREATE TYPE pgsched.misfire_policy AS ENUM (
+    'run_once',
+    'skip',
+    'catch_up'
+);
+
+--
+-- Name: schedule_type; Type: TYPE; Schema: pgsched; Owner: -
+--
+
+CREATE TYPE pgsched.schedule_type AS ENUM (
+    'ONE_TIME',
+    'RECURRING'
+);
+
+--
+-- Name: task_lane; Type: TYPE; Schema: pgsched; Owner: -
+--
+
+CREATE TYPE pgsched.task_lane AS ENUM (
+    'HIGH',
+    'NORMAL',
+    'LOW',
+    'BATCH'
+);
+
+--
+-- Name: task_status; Type: TYPE; Schema: pgsched; Owner: -
+--
+
+CREATE TYPE pgsched.task_status AS ENUM (
+    'PENDING',
+    'QUEUED',
+    'PROCESSING',
+    'COMPLETED',
+    'FAILED',
+    'CANCELLED'
+);
+
+--
+-- Name: all_tenants_id(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.all_tenants_id() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT '_all' $$;
+
+--
+-- Name: cancel_task(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cancel_task(task_id bigint, reason text DEFAULT 'cancelled'::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    current pgsched.task_status;
+    problem text;
+BEGIN
+    SELECT pgsched.producer_tenant_problem(ARRAY[tk.tenant_id]) INTO problem
+      FROM pgsched.tasks AS tk WHERE tk.id = cancel_task.task_id;
+    IF problem IS NOT NULL THEN
+        -- Say no without naming the other tenant.
+        RAISE EXCEPTION 'pgsched: role % may not cancel task %: it belongs to another tenant',
+            session_user, cancel_task.task_id USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    UPDATE pgsched.tasks AS tk
+       SET status = 'CANCELLED', status_reason = coalesce(cancel_task.reason, 'cancelled'),
+           enabled = FALSE, updated_at = coalesce(cancel_task.as_of, now())
+     WHERE tk.id = cancel_task.task_id AND tk.status IN ('PENDING', 'QUEUED');
+    IF FOUND THEN
+        RETURN cancel_task.task_id;
+    END IF;
+    SELECT tk.status INTO current FROM pgsched.tasks AS tk WHERE tk.id = cancel_task.task_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: no task with id %', cancel_task.task_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    RAISE EXCEPTION 'pgsched: task % is % and cannot be cancelled; only a task that has not started (PENDING or QUEUED) can be',
+        cancel_task.task_id, current
+        USING ERRCODE = 'object_not_in_prerequisite_state';
+END;
+$$;
+
+--
+-- Name: cron_problem(text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cron_problem(cron_expression text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    fields text[];
+    dom_max integer;
+    month_list integer[];
+BEGIN
+    IF cron_expression IS NULL OR btrim(cron_expression) = '' THEN
+        RETURN 'cron_expression is required (five fields: minute hour day month weekday)';
+    END IF;
+    fields := regexp_split_to_array(btrim(cron_expression), '\s+');
+    IF cardinality(fields) <> 5 THEN
+        RETURN format('cron expression %L must have five fields: minute hour day month weekday', cron_expression);
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(fields) AS f WHERE f !~ '^[0-9A-Za-z*,/?-]+$') THEN
+        RETURN format('invalid cron expression %L', cron_expression);
+    END IF;
+    -- Every number that is a value (not a step after /) must be in its field's range.
+    IF EXISTS (
+        SELECT 1
+          FROM unnest(fields, ARRAY[0, 0, 1, 1, 0], ARRAY[59, 23, 31, 12, 7]) AS f(field, lo, hi)
+         CROSS JOIN LATERAL regexp_matches(f.field, '(^|[^/0-9])([0-9]+)', 'g') AS m(parts)
+         WHERE m.parts[2]::integer NOT BETWEEN f.lo AND f.hi
+    ) THEN
+        RETURN format('invalid cron expression %L: a value is out of its field''s range', cron_expression);
+    END IF;
+    -- A day of month that no listed month has (31 February) can never fire.
+    IF fields[3] ~ '^[0-9]+(,[0-9]+)*$' AND fields[5] IN ('*', '?') AND fields[4] ~ '^[0-9]+(,[0-9]+)*$' THEN
+        SELECT min(d::integer) INTO dom_max FROM unnest(string_to_array(fields[3], ',')) AS d;
+        month_list := string_to_array(fields[4], ',')::integer[];
+        IF NOT EXISTS (
+            SELECT 1 FROM unnest(month_list) AS m
+             WHERE dom_max <= CASE WHEN m = 2 THEN 29 WHEN m IN (4, 6, 9, 11) THEN 30 ELSE 31 END
+        ) THEN
+            RETURN format('cron expression %L never fires', cron_expression);
+        END IF;
+    END IF;
+    RETURN NULL;
+END;
+$_$;
+
+--
+-- Name: dead_discard(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.dead_discard(task_id bigint, reason text DEFAULT 'discarded from the DEAD lane'::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE pgsched.tasks AS tk
+       SET status = 'CANCELLED', status_reason = dead_discard.reason, enabled = FALSE,
+           updated_at = coalesce(dead_discard.as_of, now())
+     WHERE tk.id = dead_discard.task_id AND tk.status = 'FAILED';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: task % is not in the DEAD lane', dead_discard.task_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN dead_discard.task_id;
+END;
+$$;
+
+--
+-- Name: dead_retry(bigint, text, boolean, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.dead_retry(task_id bigint DEFAULT NULL::bigint, task_type text DEFAULT NULL::text, all_tasks boolean DEFAULT false, reason text DEFAULT 'retried from the DEAD lane'::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+BEGIN
+    IF num_nonnulls(dead_retry.task_id, dead_retry.task_type) + (CASE WHEN all_tasks THEN 1 ELSE 0 END) <> 1 THEN
+        RAISE EXCEPTION 'pgsched: dead_retry needs exactly one of task_id, task_type or all_tasks'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF dead_retry.task_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = dead_retry.task_id AND tk.status = 'FAILED') THEN
+        RAISE EXCEPTION 'pgsched: task % is not in the DEAD lane', dead_retry.task_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN QUERY
+    WITH retried AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = 'QUEUED', attempts = 0, next_run_at = t, status_reason = dead_retry.reason,
+               enabled = TRUE, updated_at = t
+         WHERE tk.status = 'FAILED'
+           AND (dead_retry.all_tasks
+                OR tk.id = dead_retry.task_id
+                OR tk.task_type = dead_retry.task_type)
+        RETURNING tk.id, tk.lane
+    ),
+    woken AS (
+        SELECT pg_notify('pgsched_' || lower(l.lane::text), '')
+          FROM (SELECT DISTINCT r.lane FROM retried AS r) AS l
+    )
+    SELECT r.id FROM retried AS r LEFT JOIN (SELECT count(*) AS n FROM woken) AS w ON TRUE;
+END;
+$$;
+
+--
+-- Name: lane_for(integer, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lane_for(priority integer, lane text DEFAULT NULL::text) RETURNS pgsched.task_lane
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    -- Enum constants, not a text-to-enum cast (only STABLE): keeps it inlinable.
+    SELECT CASE
+        WHEN upper(lane) = 'BATCH' THEN 'BATCH'::pgsched.task_lane
+        WHEN priority >= 8 THEN 'HIGH'::pgsched.task_lane
+        WHEN priority >= 4 THEN 'NORMAL'::pgsched.task_lane
+        ELSE 'LOW'::pgsched.task_lane
+    END
+$$;
+
+--
+-- Name: lane_next_due(pgsched.task_lane); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lane_next_due(lane pgsched.task_lane) RETURNS TABLE(next_due timestamp with time zone, db_now timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT min(c.next_run_at), clock_timestamp()
+      FROM unnest(pgsched.lane_priorities(lane_next_due.lane)) AS p(priority)
+     CROSS JOIN LATERAL (
+        SELECT tk.next_run_at
+          FROM pgsched.tasks AS tk
+         WHERE tk.status = 'QUEUED' AND tk.lane = lane_next_due.lane AND tk.priority = p.priority
+         ORDER BY tk.next_run_at
+         LIMIT 1
+     ) AS c
+$$;
+
+--
+-- Name: lane_priorities(pgsched.task_lane); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) RETURNS integer[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE lane
+        WHEN 'HIGH' THEN ARRAY[10, 9, 8]
+        WHEN 'NORMAL' THEN ARRAY[7, 6, 5, 4]
+        WHEN 'LOW' THEN ARRAY[3, 2, 1, 0]
+        ELSE ARRAY[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+    END
+$$;
+
+--
+-- Name: lease_rescue_expired(pgsched.task_lane, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane DEFAULT NULL::pgsched.task_lane, max_tasks integer DEFAULT 1000, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    rescued integer := 0;
+    wake pgsched.task_lane[];
+BEGIN
+    FOR attempt IN 1..5 LOOP
+        BEGIN
+            WITH expired AS MATERIALIZED (
+                SELECT tk.id
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.status = 'PROCESSING'
+                   AND tk.lease_expires_at < t
+                   AND (lease_rescue_expired.lane IS NULL OR tk.lane = lease_rescue_expired.lane)
+                 ORDER BY tk.lease_expires_at
+                 LIMIT lease_rescue_expired.max_tasks
+                   FOR UPDATE SKIP LOCKED
+            ),
+            moved AS (
+                UPDATE pgsched.tasks AS tk
+                   SET status = (CASE WHEN tk.attempts >= tk.max_attempts THEN 'FAILED' ELSE 'QUEUED' END
+                       )::pgsched.task_status,
+                       status_reason = CASE
+                           WHEN tk.attempts >= tk.max_attempts
+                               THEN format('worker lost: lease expired, attempts exhausted (%s of %s)',
+                                           tk.attempts, tk.max_attempts)
+                           ELSE 'worker lost: lease expired; queued again'
+                       END,
+                       last_error = CASE WHEN tk.attempts >= tk.max_attempts THEN 'worker lost' ELSE tk.last_error END,
+                       lease_token = NULL,
+                       lease_expires_at = NULL,
+                       updated_at = t
+                  FROM expired
+                 WHERE tk.id = expired.id AND tk.status = 'PROCESSING'
+                RETURNING tk.lane, tk.status
+            )
+            SELECT count(*), coalesce(array_agg(DISTINCT m.lane) FILTER (WHERE m.status = 'QUEUED'), '{}')
+              INTO rescued, wake
+              FROM moved AS m;
+            PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
+            RETURN rescued;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- a row moved partitions mid-lock (it finished after all): try again
+        END;
+    END LOOP;
+    RETURN rescued;
+END;
+$$;
+
+--
+-- Name: occurrence_is_live(bigint); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.occurrence_is_live(task_id bigint) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT task_id IS NOT NULL AND EXISTS (
+        SELECT 1 FROM pgsched.tasks AS tk
+         WHERE tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+           AND (tk.id = occurrence_is_live.task_id OR tk.parent_id = occurrence_is_live.task_id)
+    )
+$$;
+
+--
+-- Name: producer_tenant_problem(text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT format(
+        'role %s may only schedule for tenant(s) %s, not %s',
+        session_user,
+        (SELECT string_agg(b.tenant_id, ', ' ORDER BY b.tenant_id)
+           FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user),
+        u.t)
+      FROM unnest(tenant_ids) AS u(t)
+     WHERE EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user)
+       AND NOT EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b
+                        WHERE b.role_name = session_user AND b.tenant_id = coalesce(u.t, 'default'))
+     LIMIT 1
+$$;
+
+--
+-- Name: retention_prune(interval, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.retention_prune(keep interval DEFAULT '30 days'::interval, max_rows integer DEFAULT 10000, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(tasks bigint, events bigint, idempotency_keys bigint, occurrences bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    cutoff timestamptz := coalesce(as_of, now()) - keep;
+    n_tasks bigint;
+    n_events bigint;
+    n_keys bigint;
+    n_occurrences bigint;
+    n_ledger bigint;
+BEGIN
+    WITH old AS (
+        SELECT tk.id, tk.status FROM pgsched.tasks AS tk
+         WHERE tk.status IN ('COMPLETED', 'CANCELLED') AND tk.updated_at < cutoff
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.tasks AS tk USING old
+     WHERE tk.id = old.id AND tk.status = old.status;
+    GET DIAGNOSTICS n_tasks = ROW_COUNT;
+
+    -- Only the events of tasks that are gone: a kept task (DEAD, live) keeps its history.
+    WITH old AS (
+        SELECT e.id FROM pgsched.task_events AS e
+         WHERE e.occurred_at < cutoff
+           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = e.task_id)
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.task_events AS e USING old WHERE e.id = old.id;
+    GET DIAGNOSTICS n_events = ROW_COUNT;
+
+    WITH old AS (
+        SELECT k.tenant_id, k.idempotency_key FROM pgsched.idempotency_keys AS k
+         WHERE k.created_at < cutoff
+           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = k.task_id)
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.idempotency_keys AS k USING old
+     WHERE k.tenant_id = old.tenant_id AND k.idempotency_key = old.idempotency_key;
+    GET DIAGNOSTICS n_keys = ROW_COUNT;
+
+    WITH old AS (
+        SELECT o.schedule_id, o.fire_at FROM pgsched.schedule_occurrences AS o
+         WHERE o.created_at < cutoff
+           AND NOT EXISTS (SELECT 1 FROM pgsched.schedules AS s
+                            WHERE s.id = o.schedule_id AND s.last_fire_at = o.fire_at)
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.schedule_occurrences AS o USING old
+     WHERE o.schedule_id = old.schedule_id AND o.fire_at = old.fire_at;
+    GET DIAGNOSTICS n_occurrences = ROW_COUNT;
+
+    -- The ledger of completed work ages out with the tasks it vouches for.
+    WITH old AS (
+        SELECT w.tenant_id, w.task_type, w.idempotency_key FROM pgsched.completed_work AS w
+         WHERE w.completed_at < cutoff
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.completed_work AS w USING old
+     WHERE w.tenant_id = old.tenant_id AND w.task_type = old.task_type
+       AND w.idempotency_key = old.idempotency_key;
+    GET DIAGNOSTICS n_ledger = ROW_COUNT;
+    n_keys := n_keys + n_ledger;
+
+    RETURN QUERY SELECT n_tasks, n_events, n_keys, n_occurrences;
+END;
+$$;
+
+--
+-- Name: route(timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE
+        WHEN run_at - coalesce(as_of, now()) < s.immediate_window THEN 'IMMEDIATE'
+        WHEN run_at - coalesce(as_of, now()) < s.hot_window THEN 'HOT'
+        ELSE 'COLD'
+    END
+    FROM pgsched.settings AS s
+$$;
+
+--
+-- Name: schedule_arm(bigint, bigint, timestamp with time zone, timestamp with time zone[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[] DEFAULT '{}'::timestamp with time zone[], as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    s pgsched.schedules;
+    t timestamptz := coalesce(as_of, now());
+    occurrence_is_new boolean;
+    new_task bigint;
+BEGIN
+    SELECT * INTO s FROM pgsched.schedules AS sc WHERE sc.id = schedule_arm.schedule_id FOR UPDATE;
+    IF NOT FOUND OR NOT s.enabled OR s.armed_task_id IS DISTINCT FROM schedule_arm.expected_task_id
+       OR pgsched.occurrence_is_live(s.armed_task_id) THEN
+        RETURN NULL;
+    END IF;
+
+    WITH recorded AS (
+        INSERT INTO pgsched.schedule_occurrences AS o (schedule_id, fire_at, outcome, created_at)
+        SELECT s.id, m, 'MISSED', t FROM unnest(coalesce(schedule_arm.missed, '{}')) AS m
+        ON CONFLICT DO NOTHING
+        RETURNING o.fire_at
+    )
+    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what, fire_at, detail)
+    SELECT s.id, t, 'missed', r.fire_at, format('missed during downtime; misfire policy %s', s.misfire_policy)
+      FROM recorded AS r;
+
+    INSERT INTO pgsched.schedule_occurrences AS o (schedule_id, fire_at, outcome, created_at)
+    VALUES (s.id, schedule_arm.fire_at, 'ARMED', t)
+    ON CONFLICT DO NOTHING
+    RETURNING TRUE INTO occurrence_is_new;
+    IF occurrence_is_new IS NULL THEN
+        -- This fire time already has its occurrence: never create it twice.
+        RETURN NULL;
+    END IF;
+
+    new_task := pgsched.schedule_task(
+        task_type => s.task_type,
+        payload => s.payload,
+        run_at => schedule_arm.fire_at,
+        tenant_id => s.tenant_id,
+        priority => s.priority,
+        max_attempts => s.max_attempts,
+        lane => CASE WHEN s.lane = 'BATCH' THEN 'BATCH' END,
+        metadata => s.metadata,
+        as_of => t,
+        scope => s.scope,
+        product => s.product
+    );
+    UPDATE pgsched.tasks AS tk
+       SET schedule_type = 'RECURRING', schedule_id = s.id,
+           cron_expression = s.cron_expression, timezone = s.timezone
+     WHERE tk.id = new_task;
+    UPDATE pgsched.schedule_occurrences AS o SET task_id = new_task
+     WHERE o.schedule_id = s.id AND o.fire_at = schedule_arm.fire_at;
+    UPDATE pgsched.schedules AS sc
+       SET armed_task_id = new_task, last_fire_at = schedule_arm.fire_at, updated_at = t
+     WHERE sc.id = s.id;
+    RETURN new_task;
+END;
+$$;
+
+--
+-- Name: schedule_enable(bigint, boolean, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean DEFAULT true, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
+    LANGUAGE sql
+    AS $$
+    WITH e AS (
+        UPDATE pgsched.schedules AS s
+           SET enabled = schedule_enable.enabled,
+               quarantine_reason = CASE WHEN schedule_enable.enabled THEN NULL ELSE s.quarantine_reason END,
+               updated_at = coalesce(as_of, now())
+         WHERE s.id = schedule_enable.schedule_id
+        RETURNING s.id
+    )
+    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what)
+    SELECT e.id, coalesce(as_of, now()), CASE WHEN schedule_enable.enabled THEN 'enabled' ELSE 'disabled' END
+      FROM e
+$$;
+
+--
+-- Name: schedule_quarantine(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH q AS (
+        UPDATE pgsched.schedules AS s
+           SET enabled = FALSE, quarantine_reason = reason, updated_at = coalesce(as_of, now())
+         WHERE s.id = schedule_quarantine.schedule_id AND s.enabled
+        RETURNING s.id
+    )
+    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what, detail)
+    SELECT q.id, coalesce(as_of, now()), 'quarantined', reason FROM q
+$$;
+
+--
+-- Name: schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamp with time zone, timestamp with time zone, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text DEFAULT 'UTC'::text, payload jsonb DEFAULT '{}'::jsonb, tenant_id text DEFAULT 'default'::text, priority integer DEFAULT 5, idempotency_key text DEFAULT NULL::text, misfire_policy text DEFAULT 'run_once'::text, max_attempts bigint DEFAULT 3, lane text DEFAULT NULL::text, metadata jsonb DEFAULT '{}'::jsonb, catch_up_limit integer DEFAULT 10, first_fire_at timestamp with time zone DEFAULT NULL::timestamp with time zone, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, scope text DEFAULT 'tenant'::text, product text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    problem text;
+    owner text := schedule_recurring.tenant_id;
+    new_id bigint;
+    t timestamptz := coalesce(as_of, now());
+BEGIN
+    problem := coalesce(
+        pgsched.task_input_problem(
+            schedule_recurring.task_type, coalesce(schedule_recurring.payload, '{}'),
+            schedule_recurring.tenant_id, schedule_recurring.priority, schedule_recurring.max_attempts,
+            schedule_recurring.lane, coalesce(schedule_recurring.metadata, '{}'),
+            schedule_recurring.idempotency_key, (SELECT s.max_payload_bytes FROM pgsched.settings AS s),
+            schedule_recurring.scope, schedule_recurring.product),
+
+        pgsched.cron_problem(schedule_recurring.cron_expression),
+        pgsched.timezone_problem(schedule_recurring.timezone),
+        CASE WHEN schedule_recurring.misfire_policy IS NULL
+                  OR schedule_recurring.misfire_policy NOT IN ('run_once', 'skip', 'catch_up')
+             THEN format('unknown misfire_policy %L (run_once, skip or catch_up)', schedule_recurring.misfire_policy)
+        END,
+        CASE WHEN schedule_recurring.catch_up_limit IS NULL OR schedule_recurring.catch_up_limit < 1
+             THEN 'catch_up_limit must be at least 1'
+        END
+    );
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A product or global schedule belongs to no single tenant, like its tasks.
+    IF schedule_recurring.scope <> 'tenant' THEN
+        owner := '_all';
+    END IF;
+    problem := pgsched.producer_tenant_problem(ARRAY[owner]);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    INSERT INTO pgsched.schedules AS s (
+        tenant_id, task_type, cron_expression, timezone, payload, metadata, priority, lane,
+        max_attempts, misfire_policy, catch_up_limit, idempotency_key, scope, product,
+        created_at, updated_at
+    ) VALUES (
+        owner, schedule_recurring.task_type, btrim(schedule_recurring.cron_expression),
+        schedule_recurring.timezone, coalesce(schedule_recurring.payload, '{}'),
+        coalesce(schedule_recurring.metadata, '{}'), schedule_recurring.priority,
+        pgsched.lane_for(schedule_recurring.priority, schedule_recurring.lane),
+        schedule_recurring.max_attempts, schedule_recurring.misfire_policy::pgsched.misfire_policy,
+        schedule_recurring.catch_up_limit, schedule_recurring.idempotency_key,
+        schedule_recurring.scope, schedule_recurring.product, t, t
+    )
+    ON CONFLICT ON CONSTRAINT schedules_key_per_tenant DO NOTHING
+    RETURNING s.id INTO new_id;
+    IF new_id IS NULL THEN
+        SELECT s.id INTO new_id FROM pgsched.schedules AS s
+         WHERE s.tenant_id = owner
+           AND s.idempotency_key = schedule_recurring.idempotency_key;
+        RETURN new_id;
+    END IF;
+    IF first_fire_at IS NOT NULL THEN
+        PERFORM pgsched.schedule_arm(new_id, NULL, first_fire_at, '{}', t);
+    ELSE
+        PERFORM pg_notify('pgsched_recurring', '');
+    END IF;
+    RETURN new_id;
+END;
+$$;
+
+--
+-- Name: schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_task(task_type text, payload jsonb DEFAULT '{}'::jsonb, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, tenant_id text DEFAULT 'default'::text, priority integer DEFAULT 5, idempotency_key text DEFAULT NULL::text, max_attempts bigint DEFAULT 3, lane text DEFAULT NULL::text, metadata jsonb DEFAULT '{}'::jsonb, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, scope text DEFAULT 'tenant'::text, product text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    cfg pgsched.settings;
+    t timestamptz := coalesce(as_of, now());
+    due timestamptz := coalesce(run_at, t);
+    owner text := CASE WHEN coalesce(scope, 'tenant') = 'tenant' THEN coalesce(tenant_id, 'default') ELSE '_all' END;
+    problem text;
+    new_id bigint;
+    existing bigint;
+    task_lane pgsched.task_lane;
+BEGIN
+    -- The single path: the same checks, routing and key rules as schedule_tasks, in three
+    -- statements instead of a batch's machinery (one call per task must stay cheap).
+    SELECT * INTO cfg FROM pgsched.settings;
+    problem := pgsched.producer_tenant_problem(ARRAY[owner]);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    problem := pgsched.task_input_problem(
+        schedule_task.task_type, coalesce(schedule_task.payload, '{}'), owner,
+        coalesce(schedule_task.priority, 5), coalesce(schedule_task.max_attempts, 3),
+        schedule_task.lane, coalesce(schedule_task.metadata, '{}'), schedule_task.idempotency_key,
+        cfg.max_payload_bytes, coalesce(schedule_task.scope, 'tenant'), schedule_task.product);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    new_id := nextval('pgsched.task_id_seq');
+    IF schedule_task.idempotency_key IS NOT NULL THEN
+        INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
+        VALUES (owner, schedule_task.idempotency_key, new_id, t)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT k.task_id INTO existing FROM pgsched.idempotency_keys AS k
+             WHERE k.tenant_id = owner AND k.idempotency_key = schedule_task.idempotency_key;
+            RETURN existing;
+        END IF;
+    END IF;
+    task_lane := pgsched.lane_for(coalesce(schedule_task.priority, 5), schedule_task.lane);
+    INSERT INTO pgsched.tasks (
+        id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane, status,
+        max_attempts, idempotency_key, scope, product, created_at, updated_at
+    ) VALUES (
+        new_id, owner, schedule_task.task_type, due, coalesce(schedule_task.payload, '{}'),
+        coalesce(schedule_task.metadata, '{}'), coalesce(schedule_task.priority, 5), task_lane,
+        (CASE WHEN due - t < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
+        coalesce(schedule_task.max_attempts, 3), schedule_task.idempotency_key,
+        coalesce(schedule_task.scope, 'tenant'), schedule_task.product, t, t
+    );
+    IF due - t < cfg.immediate_window THEN
+        PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
+    END IF;
+    RETURN new_id;
+END;
+$$;
+
+--
+-- Name: schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_tasks(task_types text[], payloads jsonb[] DEFAULT NULL::jsonb[], run_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], tenant_ids text[] DEFAULT NULL::text[], priorities integer[] DEFAULT NULL::integer[], idempotency_keys text[] DEFAULT NULL::text[], max_attempts bigint[] DEFAULT NULL::bigint[], lanes text[] DEFAULT NULL::text[], metadatas jsonb[] DEFAULT NULL::jsonb[], as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, scopes text[] DEFAULT NULL::text[], products text[] DEFAULT NULL::text[]) RETURNS TABLE(ordinal bigint, task_id bigint, created boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS $$
+DECLARE
+    cfg pgsched.settings;
+    n integer := coalesce(cardinality(task_types), 0);
+    t timestamptz := coalesce(as_of, now());
+    bad record;
+    bad_text text;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(payloads), n) <> n OR coalesce(cardinality(run_ats), n) <> n
+       OR coalesce(cardinality(tenant_ids), n) <> n OR coalesce(cardinality(priorities), n) <> n
+       OR coalesce(cardinality(idempotency_keys), n) <> n OR coalesce(cardinality(max_attempts), n) <> n
+       OR coalesce(cardinality(lanes), n) <> n OR coalesce(cardinality(metadatas), n) <> n
+       OR coalesce(cardinality(scopes), n) <> n OR coalesce(cardinality(products), n) <> n THEN
+        RAISE EXCEPTION 'pgsched: every array passed to schedule_tasks must have % elements, like task_types', n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO cfg FROM pgsched.settings;
+
+    -- A product or global task belongs to no single tenant: it runs as the reserved '_all'.
+    IF scopes IS NOT NULL THEN
+        tenant_ids := ARRAY(
+            SELECT CASE WHEN coalesce(u.scope, 'tenant') = 'tenant' THEN u.tenant_id ELSE '_all' END
+              FROM unnest(coalesce(tenant_ids, array_fill(NULL::text, ARRAY[n])), scopes)
+                   WITH ORDINALITY AS u(tenant_id, scope, ord)
+             ORDER BY u.ord);
+    END IF;
+
+    bad_text := pgsched.producer_tenant_problem(coalesce(tenant_ids, ARRAY['default']));
+    IF bad_text IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', bad_text USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    -- Identity checks once per distinct combination (MATERIALIZED keeps the planner from
+    -- pushing the check below the grouping, back to once per row); content once per row.
+    WITH combos AS MATERIALIZED (
+        SELECT min(x.ord) AS ord, x.task_type, x.tenant_id, x.priority, x.max_attempts, x.lane,
+               x.scope, x.product
+          FROM (
+            SELECT i.ord, i.task_type, coalesce(i.tenant_id, 'default') AS tenant_id,
+                   coalesce(i.priority, 5) AS priority, coalesce(i.max_attempts, 3) AS max_attempts,
+                   i.lane, coalesce(i.scope, 'tenant') AS scope, i.product
+              FROM unnest(task_types, tenant_ids, priorities, max_attempts, lanes, scopes, products)
+                   WITH ORDINALITY AS i(task_type, tenant_id, priority, max_attempts, lane, scope, product, ord)
+          ) AS x
+         GROUP BY x.task_type, x.tenant_id, x.priority, x.max_attempts, x.lane, x.scope, x.product
+    ),
+    problems AS (
+        SELECT c.ord, pgsched.task_identity_problem(
+                   c.task_type, c.tenant_id, c.priority, c.max_attempts, c.lane, c.scope, c.product) AS problem
+          FROM combos AS c
+        UNION ALL
+        SELECT r.ord, pgsched.task_content_problem(
+                   coalesce(r.payload, '{}'), coalesce(r.metadata, '{}'), r.idempotency_key, cfg.max_payload_bytes)
+          FROM unnest(payloads, metadatas, idempotency_keys) WITH ORDINALITY AS r(payload, metadata, idempotency_key, ord)
+    )
+    SELECT p.ord, p.problem INTO bad
+      FROM problems AS p
+     WHERE p.problem IS NOT NULL
+     ORDER BY p.ord
+     LIMIT 1;
+    IF FOUND THEN
+        IF n = 1 THEN
+            RAISE EXCEPTION 'pgsched: %', bad.problem USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RAISE EXCEPTION 'pgsched: row % of the batch: %', bad.ord, bad.problem
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    RETURN QUERY
+    SELECT * FROM pgsched.task_insert_many(
+        task_types, payloads, run_ats, tenant_ids, priorities, idempotency_keys,
+        max_attempts, lanes, metadatas, scopes, products, t);
+END;
+$$;
+
+--
+-- Name: schedules; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.schedules (
+    id bigint NOT NULL,
+    tenant_id text DEFAULT 'default'::text NOT NULL,
+    task_type text NOT NULL,
+    cron_expression text NOT NULL,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority integer DEFAULT 5 NOT NULL,
+    lane pgsched.task_lane NOT NULL,
+    max_attempts bigint DEFAULT 3 NOT NULL,
+    misfire_policy pgsched.misfire_policy DEFAULT 'run_once'::pgsched.misfire_policy NOT NULL,
+    catch_up_limit integer DEFAULT 10 NOT NULL,
+    idempotency_key text,
+    scope text DEFAULT 'tenant'::text NOT NULL,
+    product text,
+    enabled boolean DEFAULT true NOT NULL,
+    quarantine_reason text,
+    last_fire_at timestamp with time zone,
+    armed_task_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_catch_up_limit_check CHECK ((catch_up_limit >= 1))
+);
+
+--
+-- Name: schedules_unarmed(integer); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedules_unarmed(max_rows integer DEFAULT 500) RETURNS SETOF pgsched.schedules
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT s.*
+      FROM pgsched.schedules AS s
+     WHERE s.enabled AND NOT pgsched.occurrence_is_live(s.armed_task_id)
+     ORDER BY s.id
+     LIMIT max_rows
+$$;
+
+--
+-- Name: task_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+CREATE SEQUENCE pgsched.task_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: tasks; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.tasks (
+    id bigint DEFAULT nextval('pgsched.task_id_seq'::regclass) NOT NULL,
+    tenant_id text DEFAULT 'default'::text NOT NULL,
+    task_type text NOT NULL,
+    schedule_type pgsched.schedule_type DEFAULT 'ONE_TIME'::pgsched.schedule_type NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    cron_expression text,
+    timezone text,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority integer DEFAULT 5 NOT NULL,
+    lane pgsched.task_lane NOT NULL,
+    status pgsched.task_status NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    attempts bigint DEFAULT 0 NOT NULL,
+    max_attempts bigint DEFAULT 3 NOT NULL,
+    last_run_at timestamp with time zone,
+    last_error text,
+    status_reason text,
+    idempotency_key text,
+    locked_by text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    scope text DEFAULT 'tenant'::text NOT NULL,
+    product text,
+    parent_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_id bigint,
+    CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
+    CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
+    CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
+    CONSTRAINT tasks_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
+    CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
+    CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
+)
+PARTITION BY LIST (status);
+
+--
+-- Name: task_claim_many(pgsched.task_lane, integer, text, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval DEFAULT '00:00:30'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgsched.tasks
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET plan_cache_mode TO 'force_custom_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_hashjoin TO 'false'
+    SET enable_mergejoin TO 'false'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+BEGIN
+    RETURN QUERY
+    WITH due AS MATERIALIZED (
+        SELECT c.id
+          FROM unnest(pgsched.lane_priorities(task_claim_many.lane)) AS p(priority)
+         CROSS JOIN LATERAL (
+            SELECT tk.id
+              FROM pgsched.tasks AS tk
+             WHERE tk.status = 'QUEUED'
+               AND tk.lane = task_claim_many.lane
+               AND tk.priority = p.priority
+               AND tk.next_run_at <= t
+             ORDER BY tk.next_run_at
+             LIMIT task_claim_many.max_tasks
+               FOR UPDATE SKIP LOCKED
+         ) AS c
+         LIMIT task_claim_many.max_tasks
+    )
+    UPDATE pgsched.tasks AS tk
+       SET status = 'PROCESSING',
+           attempts = tk.attempts + 1,
+           locked_by = task_claim_many.worker,
+           lease_token = gen_random_uuid(),
+           lease_expires_at = t + task_claim_many.lease,
+           last_run_at = t,
+           updated_at = t,
+           status_reason = NULL
+      FROM due
+     WHERE tk.id = due.id AND tk.status = 'QUEUED'
+    RETURNING tk.*;
+END;
+$$;
+
+--
+-- Name: task_content_problem(jsonb, jsonb, text, bigint); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_content_problem(payload jsonb, metadata jsonb, idempotency_key text, max_payload_bytes bigint) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE
+        WHEN payload IS NULL THEN 'payload must be JSON, got NULL'
+        WHEN metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
+            'metadata must be a JSON object'
+        -- The cap is on the JSON text. Its stored size can be at most ~6x smaller (escapes),
+        -- so only payloads that could be near the cap pay for rendering the text.
+        WHEN pg_column_size(payload) * 6 >= max_payload_bytes
+             AND octet_length(payload::text) > max_payload_bytes THEN format(
+            'payload is %s bytes, over the cap of %s bytes (pgsched.settings.max_payload_bytes)',
+            octet_length(payload::text), max_payload_bytes)
+        WHEN idempotency_key IS NOT NULL AND (idempotency_key = '' OR length(idempotency_key) > 200)
+            THEN 'idempotency_key must be 1 to 200 characters'
+        WHEN idempotency_key LIKE 'pgsched:%' THEN
+            'idempotency keys starting with pgsched: are reserved for the engine'
+    END
+$$;
+
+--
+-- Name: task_fan_out(bigint, uuid, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_fan_out(task_id bigint, lease_token uuid, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p pgsched.tasks;
+    tenant_list text[];
+    n integer;
+    child_ids bigint[];
+    applied boolean;
+BEGIN
+    SELECT * INTO p FROM pgsched.tasks AS tk
+     WHERE tk.id = task_fan_out.task_id AND tk.status = 'PROCESSING' AND tk.lease_token = task_fan_out.lease_token;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT coalesce(array_agg(t.tenant_id ORDER BY t.tenant_id), '{}') INTO tenant_list
+      FROM pgsched.tenants AS t
+     WHERE t.active AND (p.scope = 'global' OR t.product = p.product);
+    n := cardinality(tenant_list);
+
+    -- Children carry an engine-reserved key per tenant ('pgsched:' keys are refused from
+    -- users), so a fan-out that runs again after a crash finds its children, not copies.
+    SELECT coalesce(array_agg(s.task_id), '{}') INTO child_ids
+      FROM pgsched.task_insert_many(
+          array_fill(p.task_type, ARRAY[n]),
+          array_fill(p.payload, ARRAY[n]),
+          array_fill(coalesce(as_of, now()), ARRAY[n]),
+          tenant_list,
+          array_fill(p.priority, ARRAY[n]),
+          array_fill('pgsched:fanout:' || p.id::text, ARRAY[n]),
+          array_fill(p.max_attempts, ARRAY[n]),
+          array_fill('BATCH'::text, ARRAY[n]),
+          array_fill(p.metadata || jsonb_build_object('parent_id', p.id), ARRAY[n]),
+          array_fill('tenant'::text, ARRAY[n]),
+          array_fill(NULL::text, ARRAY[n]),
+          coalesce(as_of, now())
+      ) AS s;
+    -- A statement of its own: the children were inserted by the one above.
+    UPDATE pgsched.tasks AS tk SET parent_id = p.id WHERE tk.id = ANY(child_ids) AND tk.parent_id IS NULL;
+    n := cardinality(child_ids);
+
+    -- The parent's own outcome: done fanning out. Each tenant's outcome is its child's.
+    SELECT f.applied INTO applied FROM pgsched.task_finish_many(
+        ARRAY[p.id], ARRAY[p.lease_token], ARRAY['COMPLETED'],
+        ARRAY[format('fanned out to %s tenants', n)], NULL, as_of) AS f;
+    RETURN n;
+END;
+$$;
+
+--
+-- Name: task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_finish_many(task_ids bigint[], lease_tokens uuid[], outcomes text[], errors text[] DEFAULT NULL::text[], retry_delays interval[] DEFAULT NULL::interval[], as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id bigint, applied boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET plan_cache_mode TO 'force_custom_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    -- The statement's own clock: in a handler's transaction now() is when the work began.
+    t timestamptz := coalesce(as_of, clock_timestamp());
+    cfg pgsched.settings;
+    bad text;
+    done bigint[];
+    wake pgsched.task_lane[];
+BEGIN
+    SELECT * INTO cfg FROM pgsched.settings;
+    SELECT u.outcome INTO bad
+      FROM unnest(outcomes) AS u(outcome)
+     WHERE u.outcome IS NULL OR u.outcome NOT IN ('COMPLETED', 'RETRY', 'FAILED', 'RELEASED')
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED or RELEASED)', bad
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    WITH finished AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = (CASE
+                   WHEN u.outcome = 'COMPLETED' THEN 'COMPLETED'
+                   WHEN u.outcome = 'FAILED' THEN 'FAILED'
+                   WHEN u.outcome = 'RELEASED' THEN 'QUEUED'
+                   WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'
+                   WHEN coalesce(u.delay, '0') >= cfg.hot_window THEN 'PENDING'
+                   ELSE 'QUEUED'
+               END)::pgsched.task_status,
+               attempts = CASE WHEN u.outcome = 'RELEASED' THEN tk.attempts - 1 ELSE tk.attempts END,
+               next_run_at = CASE
+                   WHEN u.outcome = 'RETRY' AND tk.attempts < tk.max_attempts
+                       THEN t + coalesce(u.delay, '0')
+                   ELSE tk.next_run_at
+               END,
+               last_error = CASE WHEN u.outcome IN ('RETRY', 'FAILED') THEN u.error ELSE tk.last_error END,
+               status_reason = CASE
+                   WHEN u.outcome = 'RELEASED' THEN coalesce(u.error, 'released unfinished at worker shutdown')
+                   WHEN u.outcome = 'RETRY' AND tk.attempts >= tk.max_attempts
+                       THEN format('attempts exhausted (%s of %s): %s', tk.attempts, tk.max_attempts, u.error)
+                   WHEN u.outcome IN ('RETRY', 'FAILED') THEN u.error
+                   ELSE u.error
+               END,
+               lease_token = NULL,
+               lease_expires_at = NULL,
+               updated_at = t
+          FROM unnest(task_ids, lease_tokens, outcomes, errors, retry_delays)
+               AS u(id, token, outcome, error, delay)
+         WHERE tk.id = u.id AND tk.status = 'PROCESSING' AND tk.lease_token = u.token
+        RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at
+    ),
+    ledger AS (
+        INSERT INTO pgsched.completed_work (tenant_id, task_type, idempotency_key, task_id, completed_at)
+        SELECT f.tenant_id, f.task_type, f.idempotency_key, f.id, t
+          FROM finished AS f
+         WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL
+        ON CONFLICT DO NOTHING
+    )
+    SELECT coalesce(array_agg(f.id), '{}'),
+           coalesce(array_agg(DISTINCT f.lane) FILTER (
+               WHERE f.status = 'QUEUED' AND f.next_run_at - t < cfg.immediate_window), '{}')
+      INTO done, wake
+      FROM finished AS f;
+    -- A retry due soon wakes its lane, so it runs when due and not at the next backup poll.
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
+
+    -- Reports that lost their lease change nothing; say so on the task's record.
+    INSERT INTO pgsched.task_events (
+        task_id, tenant_id, task_type, from_status, to_status,
+        occurred_at, scheduled_for, attempt, worker, detail
+    )
+    SELECT tk.id, tk.tenant_id, tk.task_type, tk.status, tk.status, t, tk.next_run_at, tk.attempts,
+           tk.locked_by,
+           format('stale %s report ignored: the lease was lost (the task had moved on)', u.outcome)
+      FROM unnest(task_ids, outcomes) AS u(id, outcome)
+      LEFT JOIN unnest(done) AS d(id) ON d.id = u.id
+      JOIN pgsched.tasks AS tk ON tk.id = u.id
+     WHERE d.id IS NULL;
+
+    RETURN QUERY
+    SELECT u.id, d.id IS NOT NULL
+      FROM unnest(task_ids) AS u(id)
+      LEFT JOIN unnest(done) AS d(id) ON d.id = u.id;
+END;
+$$;
+
+--
+-- Name: task_heartbeat_many(bigint[], uuid[], interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval DEFAULT '00:00:30'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET plan_cache_mode TO 'force_custom_plan'
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    renewed bigint[];
+BEGIN
+    FOR attempt IN 1..5 LOOP
+        BEGIN
+            WITH held AS MATERIALIZED (
+                SELECT tk.id
+                  FROM pgsched.tasks AS tk
+                  JOIN unnest(task_ids, lease_tokens) AS u(id, token)
+                    ON tk.id = u.id AND tk.lease_token = u.token
+                 WHERE tk.status = 'PROCESSING'
+                   FOR UPDATE OF tk SKIP LOCKED
+            ),
+            extended AS (
+                UPDATE pgsched.tasks AS tk
+                   SET lease_expires_at = coalesce(as_of, now()) + lease
+                  FROM held
+                 WHERE tk.id = held.id AND tk.status = 'PROCESSING'
+                RETURNING tk.id
+            )
+            SELECT coalesce(array_agg(e.id), '{}') INTO renewed FROM extended AS e;
+            RETURN QUERY SELECT unnest(renewed);
+            RETURN;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- a row moved partitions mid-lock: try again, it will be gone
+        END;
+    END LOOP;
+    RETURN;
+END;
+$$;
+
+--
+-- Name: task_identity_problem(text, text, integer, bigint, text, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_identity_problem(task_type text, tenant_id text, priority integer, max_attempts bigint, lane text, scope text DEFAULT 'tenant'::text, product text DEFAULT NULL::text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $_$
+    SELECT CASE
+        WHEN task_type IS NULL THEN 'task_type is required'
+        -- A bounded repeat ({0,99}) costs the regex engine ~20x a plain star: length apart.
+        WHEN task_type !~ '^[A-Za-z_][A-Za-z0-9_.]*$' OR length(task_type) > 100 THEN format(
+            'task_type %L is not a plain identifier '
+            '(letters, digits, _ and ., starting with a letter or _, at most 100 characters)',
+            task_type)
+        WHEN scope IS NULL OR scope NOT IN ('tenant', 'product', 'global') THEN format(
+            'unknown scope %L (tenant, product or global)', scope)
+        WHEN scope = 'product'
+             AND (product IS NULL OR product !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' OR length(product) > 100)
+            THEN format('scope product needs a plain product name, got %L', product)
+        WHEN scope <> 'product' AND product IS NOT NULL THEN
+            'product is only given with scope product'
+        -- Tenant ids start with a letter or digit; names starting with _ are the engine's.
+        WHEN scope = 'tenant'
+             AND (tenant_id IS NULL OR tenant_id !~ '^[A-Za-z0-9][A-Za-z0-9_.-]*$' OR length(tenant_id) > 100)
+            THEN format(
+                'tenant_id %L is not a plain identifier '
+                '(letters, digits, _, . and -, starting with a letter or digit, at most 100 characters)',
+                tenant_id)
+        WHEN priority IS NULL OR priority NOT BETWEEN 0 AND 10 THEN format(
+            'priority %s is out of range (0 to 10)', coalesce(priority::text, 'NULL'))
+        WHEN max_attempts IS NULL OR max_attempts < 1 THEN format(
+            'max_attempts %s must be at least 1', coalesce(max_attempts::text, 'NULL'))
+        WHEN lane IS NOT NULL AND upper(lane) = 'DEAD' THEN
+            'lane DEAD cannot be scheduled into: tasks reach it only by failing'
+        WHEN lane IS NOT NULL AND upper(lane) NOT IN ('HIGH', 'NORMAL', 'LOW', 'BATCH') THEN format(
+            'unknown lane %L (one of HIGH, NORMAL, LOW, BATCH)', lane)
+        WHEN upper(lane) = 'HIGH' AND priority < 8 THEN format(
+            'lane HIGH needs priority 8 or more, got %s', priority)
+        WHEN upper(lane) = 'NORMAL' AND priority NOT BETWEEN 4 AND 7 THEN format(
+            'lane NORMAL needs priority 4 to 7, got %s', priority)
+        WHEN upper(lane) = 'LOW' AND priority > 3 THEN format(
+            'lane LOW needs priority 3 or less, got %s', priority)
+    END
+$_$;
+
+--
+-- Name: task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_input_problem(task_type text, payload jsonb, tenant_id text, priority integer, max_attempts bigint, lane text, metadata jsonb, idempotency_key text, max_payload_bytes bigint, scope text DEFAULT 'tenant'::text, product text DEFAULT NULL::text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(
+        pgsched.task_identity_problem(task_type, tenant_id, priority, max_attempts, lane, scope, product),
+        pgsched.task_content_problem(payload, metadata, idempotency_key, max_payload_bytes)
+    )
+$$;
+
+--
+-- Name: task_insert_many(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_insert_many(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], scopes text[], products text[], as_of timestamp with time zone) RETURNS TABLE(ordinal bigint, task_id bigint, created boolean)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    cfg pgsched.settings;
+    n integer := coalesce(cardinality(task_types), 0);
+    ids bigint[];
+    created_ids bigint[];
+    wake_lanes pgsched.task_lane[];
+BEGIN
+    SELECT * INTO cfg FROM pgsched.settings;
+    -- Ids are drawn up front so each input row knows its would-be id.
+    ids := ARRAY(SELECT nextval('pgsched.task_id_seq') FROM generate_series(1, n));
+
+    WITH input AS (
+        SELECT i.id, i.task_type,
+               coalesce(i.payload, '{}') AS payload,
+               coalesce(i.run_at, as_of) AS run_at,
+               coalesce(i.tenant_id, 'default') AS tenant_id,
+               coalesce(i.priority, 5) AS priority,
+               i.idempotency_key,
+               coalesce(i.max_attempts, 3) AS max_attempts,
+               pgsched.lane_for(coalesce(i.priority, 5), i.lane) AS lane,
+               coalesce(i.metadata, '{}') AS metadata,
+               coalesce(i.scope, 'tenant') AS scope,
+               i.product
+          FROM unnest(ids, task_types, payloads, run_ats, tenant_ids, priorities,
+                      idempotency_keys, max_attempts, lanes, metadatas, scopes, products)
+               AS i(id, task_type, payload, run_at, tenant_id, priority,
+                    idempotency_key, max_attempts, lane, metadata, scope, product)
+    ),
+    -- A key taken by a concurrent transaction makes this insert wait for it: if it
+    -- commits the key is a conflict (nothing inserted), if it rolls back the key is ours.
+    keyed AS (
+        INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
+        SELECT i.tenant_id, i.idempotency_key, i.id, as_of
+          FROM input AS i
+         WHERE i.idempotency_key IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING k.task_id
+    ),
+    inserted AS (
+        INSERT INTO pgsched.tasks AS tk (
+            id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane,
+            status, max_attempts, idempotency_key, scope, product, created_at, updated_at
+        )
+        SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
+               (CASE WHEN i.run_at - as_of < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
+               i.max_attempts, i.idempotency_key, i.scope, i.product, as_of, as_of
+          FROM input AS i
+         WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
+        RETURNING tk.id, tk.lane, tk.next_run_at
+    )
+    SELECT coalesce(array_agg(x.id), '{}'),
+           coalesce(array_agg(DISTINCT x.lane) FILTER (WHERE x.next_run_at - as_of < cfg.immediate_window), '{}')
+      INTO created_ids, wake_lanes
+      FROM inserted AS x;
+
+    -- A tiny wake-up per lane; Postgres folds identical notifications in one transaction.
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake_lanes) AS w;
+
+    IF idempotency_keys IS NULL THEN
+        -- No keys, no duplicates: every row was created with its drawn id.
+        RETURN QUERY SELECT i.ord, i.id, TRUE FROM unnest(ids) WITH ORDINALITY AS i(id, ord);
+        RETURN;
+    END IF;
+    -- A new statement, so keys committed by others while we waited are visible here.
+    RETURN QUERY
+    SELECT i.ord, coalesce(c.id, k.task_id), c.id IS NOT NULL
+      FROM unnest(ids, tenant_ids, idempotency_keys) WITH ORDINALITY AS i(id, tenant_id, idempotency_key, ord)
+      LEFT JOIN unnest(created_ids) AS c(id) ON c.id = i.id
+      LEFT JOIN pgsched.idempotency_keys AS k
+        ON c.id IS NULL
+       AND k.tenant_id = coalesce(i.tenant_id, 'default')
+       AND k.idempotency_key = i.idempotency_key
+     ORDER BY i.ord;
+END;
+$$;
+
+--
+-- Name: task_promote_due(integer, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_promote_due(max_tasks integer DEFAULT 10000, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, within interval DEFAULT NULL::interval) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    cfg pgsched.settings;
+    horizon timestamptz;
+    promoted integer;
+    wake pgsched.task_lane[];
+BEGIN
+    SELECT * INTO cfg FROM pgsched.settings;
+    -- In seconds, as 0005's interval comparison counted: a '1 day' window is 24 hours
+    -- even across a DST change in the session's time zone.
+    horizon := t + extract(epoch FROM coalesce(task_promote_due.within, cfg.hot_window))
+        * interval '1 second';
+    WITH due AS MATERIALIZED (
+        SELECT tk.id
+          FROM pgsched.tasks AS tk
+         WHERE tk.status = 'PENDING' AND tk.next_run_at < horizon
+         ORDER BY tk.next_run_at
+         LIMIT task_promote_due.max_tasks
+           FOR UPDATE SKIP LOCKED
+    ),
+    moved AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = 'QUEUED',
+               status_reason = CASE
+                   WHEN tk.next_run_at <= t THEN 'promoted late: already due (overdue sweep)'
+                   ELSE 'promoted into the hot window'
+               END,
+               updated_at = t
+          FROM due
+         WHERE tk.id = due.id AND tk.status = 'PENDING'
+        RETURNING tk.lane, tk.next_run_at
+    )
+    SELECT count(*), coalesce(array_agg(DISTINCT m.lane) FILTER (WHERE m.next_run_at - t < cfg.immediate_window), '{}')
+      INTO promoted, wake
+      FROM moved AS m;
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
+    RETURN promoted;
+END;
+$$;
+
+--
+-- Name: task_record_transitions(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_record_transitions() RETURNS trigger
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_custom_plan'
+    SET enable_hashjoin TO 'true'
+    SET enable_mergejoin TO 'true'
+    AS $$
+DECLARE
+    bad_id bigint;
+    bad record;
+BEGIN
+    -- An aggregate, not LIMIT 1: with a LIMIT the planner bets on finding a bad row early
+    -- and nests the loops, which costs n^2 when (as always) there is none.
+    SELECT min(o.id) FILTER (WHERE NOT pgsched.transition_is_legal(o.status, n.status))
+      INTO bad_id
+      FROM old_rows o
+      JOIN new_rows n ON n.id = o.id
+     WHERE n.status IS DISTINCT FROM o.status;
+    IF bad_id IS NOT NULL THEN
+        SELECT o.status AS from_status, n.status AS to_status INTO bad
+          FROM old_rows o JOIN new_rows n ON n.id = o.id
+         WHERE o.id = bad_id;
+        RAISE EXCEPTION 'pgsched: illegal transition % -> % for task %',
+            bad.from_status, bad.to_status, bad_id
+            USING ERRCODE = 'check_violation',
+                  HINT = 'See the state diagram in the README for the legal transitions.';
+    END IF;
+
+    INSERT INTO pgsched.task_events (
+        task_id, tenant_id, task_type, from_status, to_status,
+        occurred_at, scheduled_for, attempt, worker, detail
+    )
+    SELECT n.id, n.tenant_id, n.task_type, o.status, n.status,
+           -- A hand-written UPDATE that forgets updated_at still gets a true time.
+           CASE WHEN n.updated_at IS DISTINCT FROM o.updated_at THEN n.updated_at ELSE now() END,
+           n.next_run_at, n.attempts,
+           coalesce(n.locked_by, o.locked_by), n.status_reason
+      FROM old_rows o
+      JOIN new_rows n ON n.id = o.id
+     WHERE n.status IS DISTINCT FROM o.status;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: task_wake_overdue(interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_wake_overdue(older_than interval DEFAULT '00:01:00'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(lane pgsched.task_lane, overdue bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN QUERY
+    SELECT l.lane, c.n
+      FROM unnest(enum_range(NULL::pgsched.task_lane)) AS l(lane)
+     CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM pgsched.tasks AS tk
+             WHERE tk.status = 'QUEUED' AND tk.lane = l.lane
+               AND tk.next_run_at < coalesce(as_of, now()) - older_than
+             LIMIT 10000) AS x
+     ) AS c
+     WHERE c.n > 0;
+    PERFORM pg_notify('pgsched_' || lower(o.lane::text), '')
+       FROM (SELECT l.lane FROM unnest(enum_range(NULL::pgsched.task_lane)) AS l(lane)
+              WHERE EXISTS (SELECT 1 FROM pgsched.tasks AS tk
+                             WHERE tk.status = 'QUEUED' AND tk.lane = l.lane
+                               AND tk.next_run_at < coalesce(as_of, now()) - older_than)) AS o;
+END;
+$$;
+
+--
+-- Name: tenant_add(text, text, jsonb); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.tenant_add(tenant_id text, product text, metadata jsonb DEFAULT '{}'::jsonb) RETURNS text
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    IF tenant_add.tenant_id IS NULL OR tenant_add.tenant_id !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' THEN
+        RAISE EXCEPTION 'pgsched: tenant_id % is not a plain identifier (letters, digits, _, . and -, starting with a letter or digit)',
+            quote_nullable(tenant_add.tenant_id) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF tenant_add.product IS NULL OR tenant_add.product !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$' THEN
+        RAISE EXCEPTION 'pgsched: product % is not a plain identifier', quote_nullable(tenant_add.product)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF tenant_add.metadata IS NULL OR jsonb_typeof(tenant_add.metadata) <> 'object' THEN
+        RAISE EXCEPTION 'pgsched: tenant metadata must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO pgsched.tenants AS t (tenant_id, product, metadata)
+    VALUES (tenant_add.tenant_id, tenant_add.product, tenant_add.metadata)
+    ON CONFLICT ON CONSTRAINT tenants_pkey DO UPDATE
+        SET product = excluded.product, metadata = excluded.metadata, active = TRUE, updated_at = now();
+    RETURN tenant_add.tenant_id;
+END;
+$_$;
+
+--
+-- Name: tenant_set_active(text, boolean); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE pgsched.tenants AS t
+       SET active = tenant_set_active.active, updated_at = now()
+     WHERE t.tenant_id = tenant_set_active.tenant_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: no tenant %', tenant_set_active.tenant_id USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN tenant_set_active.tenant_id;
+END;
+$$;
+
+--
+-- Name: timezone_problem(text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.timezone_problem(timezone text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $_$
+    SELECT CASE
+        WHEN timezone IS NULL OR btrim(timezone) = '' THEN 'time zone is required (an IANA name such as Europe/Berlin)'
+        WHEN timezone IN ('UTC', 'Etc/UTC') THEN NULL
+        WHEN timezone !~ '^[A-Z][A-Za-z_+-]+(/[A-Za-z0-9_+-]+)+$'
+            OR timezone ~ '^(posix|right|Etc|SystemV)/'
+            OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names AS z WHERE z.name = timezone)
+            THEN format('unknown time zone %L (use an IANA Area/Location name such as America/New_York)', timezone)
+    END
+$_$;
+
+--
+-- Name: transition_is_legal(pgsched.task_status, pgsched.task_status); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.transition_is_legal(from_status pgsched.task_status, to_status pgsched.task_status) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT (from_status, to_status) IN (
+        ('PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status),
+        ('PENDING', 'CANCELLED'),
+        ('QUEUED', 'PROCESSING'),
+        ('QUEUED', 'CANCELLED'),
+        ('PROCESSING', 'COMPLETED'),
+        ('PROCESSING', 'FAILED'),
+        ('PROCESSING', 'QUEUED'),
+        ('PROCESSING', 'PENDING'),
+        ('FAILED', 'QUEUED'),
+        ('FAILED', 'PENDING'),
+        ('FAILED', 'CANCELLED')
+    )
+$$;
+
+--
+-- Name: work_once(text, text, text, bigint); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH ins AS (
+        INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
+        -- '#once' cannot occur in a task type, so once-keys never meet idempotency keys.
+        VALUES (work_once.tenant_id, work_once.task_type || '#once', work_once.key, work_once.task_id)
+        ON CONFLICT DO NOTHING
+        RETURNING w.task_id
+    )
+    SELECT EXISTS (SELECT 1 FROM ins)
+$$;
+
+--
+-- Name: work_record_done(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH held AS (
+        SELECT tk.tenant_id, tk.task_type, tk.idempotency_key, tk.id
+          FROM pgsched.tasks AS tk
+         WHERE tk.id = work_record_done.task_id AND tk.status = 'PROCESSING'
+           AND tk.lease_token = work_record_done.lease_token AND tk.idempotency_key IS NOT NULL
+    ),
+    ins AS (
+        INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
+        SELECT h.tenant_id, h.task_type, h.idempotency_key, h.id FROM held AS h
+        ON CONFLICT DO NOTHING
+        RETURNING w.task_id
+    )
+    SELECT EXISTS (SELECT 1 FROM ins)
+$$;
+
+--
+-- Name: work_record_done_many(bigint[], uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.work_record_done_many(task_ids bigint[], lease_tokens uuid[]) RETURNS TABLE(task_id bigint, recorded boolean)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH given AS (
+        SELECT g.task_id, g.lease_token, g.ord
+          FROM unnest(work_record_done_many.task_ids, work_record_done_many.lease_tokens)
+               WITH ORDINALITY AS g (task_id, lease_token, ord)
+    ),
+    held AS (
+        SELECT tk.tenant_id, tk.task_type, tk.idempotency_key, tk.id, g.lease_token
+          FROM given AS g
+          JOIN pgsched.tasks AS tk
+            ON tk.id = g.task_id AND tk.status = 'PROCESSING' AND tk.lease_token = g.lease_token
+         WHERE tk.idempotency_key IS NOT NULL
+    ),
+    ins AS (
+        INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
+        SELECT h.tenant_id, h.task_type, h.idempotency_key, h.id FROM held AS h
+        ON CONFLICT DO NOTHING
+        RETURNING w.task_id
+    )
+    SELECT g.task_id,
+           EXISTS (SELECT 1
+                     FROM ins JOIN held AS h ON h.id = ins.task_id
+                    WHERE ins.task_id = g.task_id AND h.lease_token = g.lease_token)
+      FROM given AS g
+     ORDER BY g.ord
+$$;
+
+--
+-- Name: completed_work; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.completed_work (
+    tenant_id text NOT NULL,
+    task_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    task_id bigint NOT NULL,
+    completed_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: fan_out_summary; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.fan_out_summary AS
+ SELECT c.parent_id,
+    c.task_type,
+    count(*) AS tenants,
+    count(*) FILTER (WHERE (c.status = 'COMPLETED'::pgsched.task_status)) AS completed,
+    count(*) FILTER (WHERE (c.status = 'FAILED'::pgsched.task_status)) AS failed,
+    count(*) FILTER (WHERE (c.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status]))) AS unfinished,
+    count(*) FILTER (WHERE (c.status = 'CANCELLED'::pgsched.task_status)) AS cancelled
+   FROM pgsched.tasks c
+  WHERE (c.parent_id IS NOT NULL)
+  GROUP BY c.parent_id, c.task_type;
+
+--
+-- Name: idempotency_keys; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.idempotency_keys (
+    tenant_id text NOT NULL,
+    idempotency_key text NOT NULL,
+    task_id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: lane_batch; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.lane_batch AS
+ SELECT tasks.id,
+    tasks.tenant_id,
+    tasks.task_type,
+    tasks.schedule_type,
+    tasks.next_run_at,
+    tasks.cron_expression,
+    tasks.timezone,
+    tasks.payload,
+    tasks.metadata,
+    tasks.priority,
+    tasks.lane,
+    tasks.status,
+    tasks.enabled,
+    tasks.attempts,
+    tasks.max_attempts,
+    tasks.last_run_at,
+    tasks.last_error,
+    tasks.status_reason,
+    tasks.idempotency_key,
+    tasks.locked_by,
+    tasks.lease_token,
+    tasks.lease_expires_at,
+    tasks.scope,
+    tasks.product,
+    tasks.parent_id,
+    tasks.created_at,
+    tasks.updated_at
+   FROM pgsched.tasks
+  WHERE ((tasks.lane = 'BATCH'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
+
+--
+-- Name: lane_dead; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.lane_dead AS
+ SELECT tasks.id,
+    tasks.tenant_id,
+    tasks.task_type,
+    tasks.schedule_type,
+    tasks.next_run_at,
+    tasks.cron_expression,
+    tasks.timezone,
+    tasks.payload,
+    tasks.metadata,
+    tasks.priority,
+    tasks.lane,
+    tasks.status,
+    tasks.enabled,
+    tasks.attempts,
+    tasks.max_attempts,
+    tasks.last_run_at,
+    tasks.last_error,
+    tasks.status_reason,
+    tasks.idempotency_key,
+    tasks.locked_by,
+    tasks.lease_token,
+    tasks.lease_expires_at,
+    tasks.scope,
+    tasks.product,
+    tasks.parent_id,
+    tasks.created_at,
+    tasks.updated_at
+   FROM pgsched.tasks
+  WHERE (tasks.status = 'FAILED'::pgsched.task_status);
+
+--
+-- Name: lane_high; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.lane_high AS
+ SELECT tasks.id,
+    tasks.tenant_id,
+    tasks.task_type,
+    tasks.schedule_type,
+    tasks.next_run_at,
+    tasks.cron_expression,
+    tasks.timezone,
+    tasks.payload,
+    tasks.metadata,
+    tasks.priority,
+    tasks.lane,
+    tasks.status,
+    tasks.enabled,
+    tasks.attempts,
+    tasks.max_attempts,
+    tasks.last_run_at,
+    tasks.last_error,
+    tasks.status_reason,
+    tasks.idempotency_key,
+    tasks.locked_by,
+    tasks.lease_token,
+    tasks.lease_expires_at,
+    tasks.scope,
+    tasks.product,
+    tasks.parent_id,
+    tasks.created_at,
+    tasks.updated_at
+   FROM pgsched.tasks
+  WHERE ((tasks.lane = 'HIGH'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
+
+--
+-- Name: lane_low; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.lane_low AS
+ SELECT tasks.id,
+    tasks.tenant_id,
+    tasks.task_type,
+    tasks.schedule_type,
+    tasks.next_run_at,
+    tasks.cron_expression,
+    tasks.timezone,
+    tasks.payload,
+    tasks.metadata,
+    tasks.priority,
+    tasks.lane,
+    tasks.status,
+    tasks.enabled,
+    tasks.attempts,
+    tasks.max_attempts,
+    tasks.last_run_at,
+    tasks.last_error,
+    tasks.status_reason,
+    tasks.idempotency_key,
+    tasks.locked_by,
+    tasks.lease_token,
+    tasks.lease_expires_at,
+    tasks.scope,
+    tasks.product,
+    tasks.parent_id,
+    tasks.created_at,
+    tasks.updated_at
+   FROM pgsched.tasks
+  WHERE ((tasks.lane = 'LOW'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
+
+--
+-- Name: lane_normal; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.lane_normal AS
+ SELECT tasks.id,
+    tasks.tenant_id,
+    tasks.task_type,
+    tasks.schedule_type,
+    tasks.next_run_at,
+    tasks.cron_expression,
+    tasks.timezone,
+    tasks.payload,
+    tasks.metadata,
+    tasks.priority,
+    tasks.lane,
+    tasks.status,
+    tasks.enabled,
+    tasks.attempts,
+    tasks.max_attempts,
+    tasks.last_run_at,
+    tasks.last_error,
+    tasks.status_reason,
+    tasks.idempotency_key,
+    tasks.locked_by,
+    tasks.lease_token,
+    tasks.lease_expires_at,
+    tasks.scope,
+    tasks.product,
+    tasks.parent_id,
+    tasks.created_at,
+    tasks.updated_at
+   FROM pgsched.tasks
+  WHERE ((tasks.lane = 'NORMAL'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
+
+--
+-- Name: lane_summary; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.lane_summary AS
+ WITH lanes AS (
+         SELECT l_1.lane,
+            l_1.ord
+           FROM unnest(ARRAY['HIGH'::text, 'NORMAL'::text, 'LOW'::text, 'BATCH'::text, 'DEAD'::text]) WITH ORDINALITY l_1(lane, ord)
+        ), counts AS (
+         SELECT
+                CASE
+                    WHEN (t.status = 'FAILED'::pgsched.task_status) THEN 'DEAD'::text
+                    ELSE (t.lane)::text
+                END AS lane,
+            count(*) FILTER (WHERE (t.status = 'PENDING'::pgsched.task_status)) AS cold,
+            count(*) FILTER (WHERE (t.status = 'QUEUED'::pgsched.task_status)) AS queued,
+            count(*) FILTER (WHERE ((t.status = 'QUEUED'::pgsched.task_status) AND (t.next_run_at <= now()))) AS due_now,
+            count(*) FILTER (WHERE (t.status = 'PROCESSING'::pgsched.task_status)) AS processing,
+            count(*) FILTER (WHERE (t.status = 'FAILED'::pgsched.task_status)) AS dead,
+            min(t.next_run_at) FILTER (WHERE ((t.status = 'QUEUED'::pgsched.task_status) AND (t.next_run_at <= now()))) AS oldest_due
+           FROM pgsched.tasks t
+          WHERE (t.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status, 'FAILED'::pgsched.task_status]))
+          GROUP BY
+                CASE
+                    WHEN (t.status = 'FAILED'::pgsched.task_status) THEN 'DEAD'::text
+                    ELSE (t.lane)::text
+                END
+        )
+ SELECT l.lane,
+    COALESCE(c.cold, (0)::bigint) AS cold,
+    COALESCE(c.queued, (0)::bigint) AS queued,
+    COALESCE(c.due_now, (0)::bigint) AS due_now,
+    COALESCE(c.processing, (0)::bigint) AS processing,
+    COALESCE(c.dead, (0)::bigint) AS dead,
+    (now() - c.oldest_due) AS oldest_lateness
+   FROM (lanes l
+     LEFT JOIN counts c ON ((l.lane = c.lane)))
+  ORDER BY l.ord;
+
+--
+-- Name: producer_tenants; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.producer_tenants (
+    role_name name NOT NULL,
+    tenant_id text NOT NULL
+);
+
+--
+-- Name: task_events; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.task_events (
+    id bigint NOT NULL,
+    task_id bigint NOT NULL,
+    tenant_id text NOT NULL,
+    task_type text NOT NULL,
+    from_status pgsched.task_status NOT NULL,
+    to_status pgsched.task_status NOT NULL,
+    occurred_at timestamp with time zone NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    attempt bigint NOT NULL,
+    worker text,
+    detail text
+);
+
+--
+-- Name: task_runs; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.task_runs AS
+ SELECT s.task_id,
+    s.tenant_id,
+    s.task_type,
+    s.attempt,
+    s.worker,
+    s.scheduled_for,
+    s.occurred_at AS started_at,
+    f.occurred_at AS finished_at,
+    (s.occurred_at - s.scheduled_for) AS lateness,
+    COALESCE((f.to_status)::text, 'RUNNING'::text) AS outcome,
+    f.detail
+   FROM (pgsched.task_events s
+     LEFT JOIN LATERAL ( SELECT e.occurred_at,
+            e.to_status,
+            e.detail
+           FROM pgsched.task_events e
+          WHERE ((e.task_id = s.task_id) AND (e.id > s.id) AND (e.from_status = 'PROCESSING'::pgsched.task_status))
+          ORDER BY e.id
+         LIMIT 1) f ON (true))
+  WHERE (s.to_status = 'PROCESSING'::pgsched.task_status);
+
+--
+-- Name: run_history; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.run_history AS
+ SELECT r.task_id,
+    t.schedule_id,
+    r.tenant_id,
+    r.task_type,
+    r.attempt,
+    r.scheduled_for,
+    r.started_at,
+    r.finished_at,
+    r.lateness,
+    r.worker,
+    r.outcome,
+    r.detail
+   FROM (pgsched.task_runs r
+     LEFT JOIN pgsched.tasks t ON ((r.task_id = t.id)));
+
+--
+-- Name: schedule_events; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.schedule_events (
+    id bigint NOT NULL,
+    schedule_id bigint NOT NULL,
+    occurred_at timestamp with time zone NOT NULL,
+    what text NOT NULL,
+    fire_at timestamp with time zone,
+    detail text
+);
+
+--
+-- Name: schedule_events_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE pgsched.schedule_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgsched.schedule_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: schedule_occurrences; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.schedule_occurrences (
+    schedule_id bigint NOT NULL,
+    fire_at timestamp with time zone NOT NULL,
+    outcome text NOT NULL,
+    task_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedule_occurrences_outcome_check CHECK ((outcome = ANY (ARRAY['ARMED'::text, 'MISSED'::text])))
+);
+
+--
+-- Name: schedules_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE pgsched.schedules ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgsched.schedules_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: schema_migrations; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: settings; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.settings (
+    singleton boolean DEFAULT true NOT NULL,
+    immediate_window interval DEFAULT '00:15:00'::interval NOT NULL,
+    hot_window interval DEFAULT '24:00:00'::interval NOT NULL,
+    max_payload_bytes bigint DEFAULT 1048576 NOT NULL,
+    CONSTRAINT settings_payload_cap_positive CHECK ((max_payload_bytes > 0)),
+    CONSTRAINT settings_singleton_check CHECK (singleton),
+    CONSTRAINT settings_windows_ordered CHECK (((immediate_window >= '00:00:00'::interval) AND (immediate_window <= hot_window)))
+);
+
+--
+-- Name: task_events_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE pgsched.task_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgsched.task_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: task_timeline; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.task_timeline AS
+ SELECT t.id AS task_id,
+    t.tenant_id,
+    t.task_type,
+    (0)::bigint AS event_id,
+    t.created_at AS occurred_at,
+    NULL::pgsched.task_status AS from_status,
+    'scheduled'::text AS what,
+    NULL::bigint AS attempt,
+    NULL::text AS worker,
+    format('due %s'::text, t.next_run_at) AS detail
+   FROM pgsched.tasks t
+UNION ALL
+ SELECT e.task_id,
+    e.tenant_id,
+    e.task_type,
+    e.id AS event_id,
+    e.occurred_at,
+    e.from_status,
+    (e.to_status)::text AS what,
+    e.attempt,
+    e.worker,
+    e.detail
+   FROM pgsched.task_events e;
+
+--
+-- Name: tasks_cold; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.tasks_cold (
+    id bigint DEFAULT nextval('pgsched.task_id_seq'::regclass) NOT NULL,
+    tenant_id text DEFAULT 'default'::text NOT NULL,
+    task_type text NOT NULL,
+    schedule_type pgsched.schedule_type DEFAULT 'ONE_TIME'::pgsched.schedule_type NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    cron_expression text,
+    timezone text,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority integer DEFAULT 5 NOT NULL,
+    lane pgsched.task_lane NOT NULL,
+    status pgsched.task_status NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    attempts bigint DEFAULT 0 NOT NULL,
+    max_attempts bigint DEFAULT 3 NOT NULL,
+    last_run_at timestamp with time zone,
+    last_error text,
+    status_reason text,
+    idempotency_key text,
+    locked_by text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    scope text DEFAULT 'tenant'::text NOT NULL,
+    product text,
+    parent_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_id bigint,
+    CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
+    CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
+    CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
+    CONSTRAINT tasks_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
+    CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
+    CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
+);
+
+--
+-- Name: tasks_done; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.tasks_done (
+    id bigint DEFAULT nextval('pgsched.task_id_seq'::regclass) NOT NULL,
+    tenant_id text DEFAULT 'default'::text NOT NULL,
+    task_type text NOT NULL,
+    schedule_type pgsched.schedule_type DEFAULT 'ONE_TIME'::pgsched.schedule_type NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    cron_expression text,
+    timezone text,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority integer DEFAULT 5 NOT NULL,
+    lane pgsched.task_lane NOT NULL,
+    status pgsched.task_status NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    attempts bigint DEFAULT 0 NOT NULL,
+    max_attempts bigint DEFAULT 3 NOT NULL,
+    last_run_at timestamp with time zone,
+    last_error text,
+    status_reason text,
+    idempotency_key text,
+    locked_by text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    scope text DEFAULT 'tenant'::text NOT NULL,
+    product text,
+    parent_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_id bigint,
+    CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
+    CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
+    CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
+    CONSTRAINT tasks_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
+    CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
+    CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
+);
+
+--
+-- Name: tasks_hot; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.tasks_hot (
+    id bigint DEFAULT nextval('pgsched.task_id_seq'::regclass) NOT NULL,
+    tenant_id text DEFAULT 'default'::text NOT NULL,
+    task_type text NOT NULL,
+    schedule_type pgsched.schedule_type DEFAULT 'ONE_TIME'::pgsched.schedule_type NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    cron_expression text,
+    timezone text,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority integer DEFAULT 5 NOT NULL,
+    lane pgsched.task_lane NOT NULL,
+    status pgsched.task_status NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    attempts bigint DEFAULT 0 NOT NULL,
+    max_attempts bigint DEFAULT 3 NOT NULL,
+    last_run_at timestamp with time zone,
+    last_error text,
+    status_reason text,
+    idempotency_key text,
+    locked_by text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    scope text DEFAULT 'tenant'::text NOT NULL,
+    product text,
+    parent_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_id bigint,
+    CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
+    CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
+    CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
+    CONSTRAINT tasks_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
+    CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
+    CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
+
+--
+-- Name: tenant_outcomes; Type: VIEW; Schema: pgsched; Owner: -
+--
+
+CREATE VIEW pgsched.tenant_outcomes AS
+ SELECT c.parent_id,
+    c.id AS task_id,
+    c.tenant_id,
+    c.task_type,
+    c.status,
+    c.attempts,
+    c.max_attempts,
+    c.last_error,
+    c.updated_at
+   FROM pgsched.tasks c
+  WHERE (c.parent_id IS NOT NULL);
+
+--
+-- Name: tenants; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.tenants (
+    tenant_id text NOT NULL,
+    product text NOT NULL,
+    active boolean DEFAULT true NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tenants_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+    CONSTRAINT tenants_product_check CHECK ((product ~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$'::text)),
+    CONSTRAINT tenants_tenant_id_check CHECK ((tenant_id ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$'::text))
+);
+
+--
+-- Name: tasks_cold; Type: TABLE ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_cold FOR VALUES IN ('PENDING');
+
+--
+-- Name: tasks_done; Type: TABLE ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_done FOR VALUES IN ('COMPLETED', 'FAILED', 'CANCELLED');
+
+--
+-- Name: tasks_hot; Type: TABLE ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_hot FOR VALUES IN ('QUEUED', 'PROCESSING');
+
+--
+-- Name: completed_work completed_work_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.completed_work
+    ADD CONSTRAINT completed_work_pkey PRIMARY KEY (tenant_id, task_type, idempotency_key);
+
+--
+-- Name: idempotency_keys idempotency_keys_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.idempotency_keys
+    ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (tenant_id, idempotency_key);
+
+--
+-- Name: producer_tenants producer_tenants_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.producer_tenants
+    ADD CONSTRAINT producer_tenants_pkey PRIMARY KEY (role_name, tenant_id);
+
+--
+-- Name: schedule_events schedule_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.schedule_events
+    ADD CONSTRAINT schedule_events_pkey PRIMARY KEY (id);
+
+--
+-- Name: schedule_occurrences schedule_occurrences_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.schedule_occurrences
+    ADD CONSTRAINT schedule_occurrences_pkey PRIMARY KEY (schedule_id, fire_at);
+
+--
+-- Name: schedules schedules_key_per_tenant; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.schedules
+    ADD CONSTRAINT schedules_key_per_tenant UNIQUE (tenant_id, idempotency_key);
+
+--
+-- Name: schedules schedules_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (id);
+
+--
+-- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+--
+-- Name: settings settings_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.settings
+    ADD CONSTRAINT settings_pkey PRIMARY KEY (singleton);
+
+--
+-- Name: task_events task_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.task_events
+    ADD CONSTRAINT task_events_pkey PRIMARY KEY (id);
+
+--
+-- Name: tasks tasks_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks
+    ADD CONSTRAINT tasks_pkey PRIMARY KEY (id, status);
+
+--
+-- Name: tasks_cold tasks_cold_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks_cold
+    ADD CONSTRAINT tasks_cold_pkey PRIMARY KEY (id, status);
+
+--
+-- Name: tasks_done tasks_done_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks_done
+    ADD CONSTRAINT tasks_done_pkey PRIMARY KEY (id, status);
+
+--
+-- Name: tasks_hot tasks_hot_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks_hot
+    ADD CONSTRAINT tasks_hot_pkey PRIMARY KEY (id, status);
+
+--
+-- Name: tenants tenants_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tenants
+    ADD CONSTRAINT tenants_pkey PRIMARY KEY (tenant_id);
+
+--
+-- Name: schedule_events_schedule_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX schedule_events_schedule_idx ON pgsched.schedule_events USING btree (schedule_id, id);
+
+--
+-- Name: schedules_enabled_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX schedules_enabled_idx ON pgsched.schedules USING btree (id) WHERE enabled;
+
+--
+-- Name: task_events_task_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX task_events_task_idx ON pgsched.task_events USING btree (task_id, id);
+
+--
+-- Name: task_events_tenant_time_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX task_events_tenant_time_idx ON pgsched.task_events USING btree (tenant_id, occurred_at);
+
+--
+-- Name: task_events_time_brin; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX task_events_time_brin ON pgsched.task_events USING brin (occurred_at);
+
+--
+-- Name: tasks_cold_due_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_cold_due_idx ON pgsched.tasks_cold USING btree (next_run_at);
+
+--
+-- Name: tasks_parent_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_parent_idx ON ONLY pgsched.tasks USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
+--
+-- Name: tasks_cold_parent_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_cold_parent_id_idx ON pgsched.tasks_cold USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
+--
+-- Name: tasks_done_dead_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_done_dead_idx ON pgsched.tasks_done USING btree (task_type, updated_at) WHERE (status = 'FAILED'::pgsched.task_status);
+
+--
+-- Name: tasks_done_parent_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_done_parent_id_idx ON pgsched.tasks_done USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
+--
+-- Name: tasks_done_retention_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_done_retention_idx ON pgsched.tasks_done USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
+
+--
+-- Name: tasks_hot_claim_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_hot_claim_idx ON pgsched.tasks_hot USING btree (lane, priority, next_run_at) WHERE (status = 'QUEUED'::pgsched.task_status);
+
+--
+-- Name: tasks_hot_lease_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_hot_lease_idx ON pgsched.tasks_hot USING btree (lease_expires_at) WHERE (status = 'PROCESSING'::pgsched.task_status);
+
+--
+-- Name: tasks_hot_parent_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_hot_parent_id_idx ON pgsched.tasks_hot USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
+--
+-- Name: tenants_product_active_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tenants_product_active_idx ON pgsched.tenants USING btree (product) WHERE active;
+
+--
+-- Name: tasks_cold_parent_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_parent_idx ATTACH PARTITION pgsched.tasks_cold_parent_id_idx;
+
+--
+-- Name: tasks_cold_pkey; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_pkey ATTACH PARTITION pgsched.tasks_cold_pkey;
+
+--
+-- Name: tasks_done_parent_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_parent_idx ATTACH PARTITION pgsched.tasks_done_parent_id_idx;
+
+--
+-- Name: tasks_done_pkey; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_pkey ATTACH PARTITION pgsched.tasks_done_pkey;
+
+--
+-- Name: tasks_hot_parent_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_parent_idx ATTACH PARTITION pgsched.tasks_hot_parent_id_idx;
+
+--
+-- Name: tasks_hot_pkey; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_pkey ATTACH PARTITION pgsched.tasks_hot_pkey;
+
+--
+-- Name: tasks tasks_record_transitions; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER tasks_record_transitions AFTER UPDATE ON pgsched.tasks REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_record_transitions();
+
+--
+-- Name: schedule_occurrences schedule_occurrences_schedule_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.schedule_occurrences
+    ADD CONSTRAINT schedule_occurrences_schedule_id_fkey FOREIGN KEY (schedule_id) REFERENCES pgsched.schedules(id) ON DELETE CASCADE;
+
+--
+-- Name: SCHEMA pgsched; Type: ACL; Schema: -; Owner: -
+--
+
+GRANT USAGE ON SCHEMA pgsched TO pgsched_producer;
+GRANT USAGE ON SCHEMA pgsched TO pgsched_worker;
+GRANT USAGE ON SCHEMA pgsched TO pgsched_admin;
+
+--
+-- Name: FUNCTION all_tenants_id(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.all_tenants_id() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.all_tenants_id() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.all_tenants_id() TO pgsched_admin;
+
+--
+-- Name: FUNCTION cancel_task(task_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION cron_problem(cron_expression text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cron_problem(cron_expression text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cron_problem(cron_expression text) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.cron_problem(cron_expression text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.cron_problem(cron_expression text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION dead_discard(task_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.dead_discard(task_id bigint, reason text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.dead_discard(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION lane_for(priority integer, lane text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lane_for(priority integer, lane text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.lane_for(priority integer, lane text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.lane_for(priority integer, lane text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION lane_next_due(lane pgsched.task_lane); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lane_next_due(lane pgsched.task_lane) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.lane_next_due(lane pgsched.task_lane) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.lane_next_due(lane pgsched.task_lane) TO pgsched_admin;
+
+--
+-- Name: FUNCTION lane_priorities(lane pgsched.task_lane); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) TO pgsched_admin;
+
+--
+-- Name: FUNCTION lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION occurrence_is_live(task_id bigint); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.occurrence_is_live(task_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.occurrence_is_live(task_id bigint) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.occurrence_is_live(task_id bigint) TO pgsched_admin;
+
+--
+-- Name: FUNCTION producer_tenant_problem(tenant_ids text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) TO pgsched_admin;
+
+--
+-- Name: FUNCTION retention_prune(keep interval, max_rows integer, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.retention_prune(keep interval, max_rows integer, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.retention_prune(keep interval, max_rows integer, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.retention_prune(keep interval, max_rows integer, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION route(run_at timestamp with time zone, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]) TO pgsched_admin;
+
+--
+-- Name: TABLE schedules; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.schedules TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.schedules TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedules_unarmed(max_rows integer); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedules_unarmed(max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedules_unarmed(max_rows integer) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.schedules_unarmed(max_rows integer) TO pgsched_admin;
+
+--
+-- Name: SEQUENCE task_id_seq; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT ALL ON SEQUENCE pgsched.task_id_seq TO pgsched_admin;
+
+--
+-- Name: TABLE tasks; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.tasks TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.tasks TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_content_problem(payload jsonb, metadata jsonb, idempotency_key text, max_payload_bytes bigint); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_content_problem(payload jsonb, metadata jsonb, idempotency_key text, max_payload_bytes bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_content_problem(payload jsonb, metadata jsonb, idempotency_key text, max_payload_bytes bigint) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_content_problem(payload jsonb, metadata jsonb, idempotency_key text, max_payload_bytes bigint) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_fan_out(task_id bigint, lease_token uuid, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_fan_out(task_id bigint, lease_token uuid, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_fan_out(task_id bigint, lease_token uuid, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_fan_out(task_id bigint, lease_token uuid, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_finish_many(task_ids bigint[], lease_tokens uuid[], outcomes text[], errors text[], retry_delays interval[], as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_finish_many(task_ids bigint[], lease_tokens uuid[], outcomes text[], errors text[], retry_delays interval[], as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_finish_many(task_ids bigint[], lease_tokens uuid[], outcomes text[], errors text[], retry_delays interval[], as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_finish_many(task_ids bigint[], lease_tokens uuid[], outcomes text[], errors text[], retry_delays interval[], as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_identity_problem(task_type text, tenant_id text, priority integer, max_attempts bigint, lane text, scope text, product text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_identity_problem(task_type text, tenant_id text, priority integer, max_attempts bigint, lane text, scope text, product text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_identity_problem(task_type text, tenant_id text, priority integer, max_attempts bigint, lane text, scope text, product text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_identity_problem(task_type text, tenant_id text, priority integer, max_attempts bigint, lane text, scope text, product text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_input_problem(task_type text, payload jsonb, tenant_id text, priority integer, max_attempts bigint, lane text, metadata jsonb, idempotency_key text, max_payload_bytes bigint, scope text, product text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_input_problem(task_type text, payload jsonb, tenant_id text, priority integer, max_attempts bigint, lane text, metadata jsonb, idempotency_key text, max_payload_bytes bigint, scope text, product text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_input_problem(task_type text, payload jsonb, tenant_id text, priority integer, max_attempts bigint, lane text, metadata jsonb, idempotency_key text, max_payload_bytes bigint, scope text, product text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_input_problem(task_type text, payload jsonb, tenant_id text, priority integer, max_attempts bigint, lane text, metadata jsonb, idempotency_key text, max_payload_bytes bigint, scope text, product text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_insert_many(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], scopes text[], products text[], as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_insert_many(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], scopes text[], products text[], as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_insert_many(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], scopes text[], products text[], as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_promote_due(max_tasks integer, as_of timestamp with time zone, within interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_promote_due(max_tasks integer, as_of timestamp with time zone, within interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_promote_due(max_tasks integer, as_of timestamp with time zone, within interval) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_promote_due(max_tasks integer, as_of timestamp with time zone, within interval) TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_record_transitions(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_record_transitions() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_record_transitions() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_record_transitions() TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_wake_overdue(older_than interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_wake_overdue(older_than interval, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_wake_overdue(older_than interval, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_wake_overdue(older_than interval, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION tenant_add(tenant_id text, product text, metadata jsonb); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.tenant_add(tenant_id text, product text, metadata jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.tenant_add(tenant_id text, product text, metadata jsonb) TO pgsched_admin;
+
+--
+-- Name: FUNCTION tenant_set_active(tenant_id text, active boolean); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) TO pgsched_admin;
+
+--
+-- Name: FUNCTION timezone_problem(timezone text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.timezone_problem(timezone text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.timezone_problem(timezone text) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.timezone_problem(timezone text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.timezone_problem(timezone text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION transition_is_legal(from_status pgsched.task_status, to_status pgsched.task_status); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.transition_is_legal(from_status pgsched.task_status, to_status pgsched.task_status) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.transition_is_legal(from_status pgsched.task_status, to_status pgsched.task_status) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.transition_is_legal(from_status pgsched.task_status, to_status pgsched.task_status) TO pgsched_admin;
+
+--
+-- Name: FUNCTION work_once(tenant_id text, task_type text, key text, task_id bigint); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) TO pgsched_admin;
+
+--
+-- Name: FUNCTION work_record_done(task_id bigint, lease_token uuid); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) TO pgsched_admin;
+
+--
+-- Name: FUNCTION work_record_done_many(task_ids bigint[], lease_tokens uuid[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.work_record_done_many(task_ids bigint[], lease_tokens uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.work_record_done_many(task_ids bigint[], lease_tokens uuid[]) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.work_record_done_many(task_ids bigint[], lease_tokens uuid[]) TO pgsched_admin;
+
+--
+-- Name: TABLE completed_work; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.completed_work TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.completed_work TO pgsched_admin;
+
+--
+-- Name: TABLE fan_out_summary; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.fan_out_summary TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.fan_out_summary TO pgsched_admin;
+
+--
+-- Name: TABLE idempotency_keys; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.idempotency_keys TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.idempotency_keys TO pgsched_admin;
+
+--
+-- Name: TABLE lane_batch; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.lane_batch TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.lane_batch TO pgsched_admin;
+
+--
+-- Name: TABLE lane_dead; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.lane_dead TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.lane_dead TO pgsched_admin;
+
+--
+-- Name: TABLE lane_high; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.lane_high TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.lane_high TO pgsched_admin;
+
+--
+-- Name: TABLE lane_low; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.lane_low TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.lane_low TO pgsched_admin;
+
+--
+-- Name: TABLE lane_normal; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.lane_normal TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.lane_normal TO pgsched_admin;
+
+--
+-- Name: TABLE lane_summary; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.lane_summary TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.lane_summary TO pgsched_admin;
+
+--
+-- Name: TABLE producer_tenants; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.producer_tenants TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.producer_tenants TO pgsched_admin;
+
+--
+-- Name: TABLE task_events; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.task_events TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.task_events TO pgsched_admin;
+
+--
+-- Name: TABLE task_runs; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.task_runs TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.task_runs TO pgsched_admin;
+
+--
+-- Name: TABLE run_history; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.run_history TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.run_history TO pgsched_admin;
+
+--
+-- Name: TABLE schedule_events; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.schedule_events TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.schedule_events TO pgsched_admin;
+
+--
+-- Name: SEQUENCE schedule_events_id_seq; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT ALL ON SEQUENCE pgsched.schedule_events_id_seq TO pgsched_admin;
+
+--
+-- Name: TABLE schedule_occurrences; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.schedule_occurrences TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.schedule_occurrences TO pgsched_admin;
+
+--
+-- Name: SEQUENCE schedules_id_seq; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT ALL ON SEQUENCE pgsched.schedules_id_seq TO pgsched_admin;
+
+--
+-- Name: TABLE schema_migrations; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.schema_migrations TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.schema_migrations TO pgsched_admin;
+
+--
+-- Name: TABLE settings; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.settings TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.settings TO pgsched_admin;
+
+--
+-- Name: SEQUENCE task_events_id_seq; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT ALL ON SEQUENCE pgsched.task_events_id_seq TO pgsched_admin;
+
+--
+-- Name: TABLE task_timeline; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.task_timeline TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.task_timeline TO pgsched_admin;
+
+--
+-- Name: TABLE tasks_cold; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.tasks_cold TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.tasks_cold TO pgsched_admin;
+
+--
+-- Name: TABLE tasks_done; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.tasks_done TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.tasks_done TO pgsched_admin;
+
+--
+-- Name: TABLE tasks_hot; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.tasks_hot TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.tasks_hot TO pgsched_admin;
+
+--
+-- Name: TABLE tenant_outcomes; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.tenant_outcomes TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.tenant_outcomes TO pgsched_admin;
+
+--
+-- Name: TABLE tenants; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.tenants TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.tenants TO pgsched_admin;
+
+--
+-- PostgreSQL database dump complete
+--
