@@ -7,6 +7,8 @@ from pgsched.lanes import Lane
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import TaskSpec
 
+__version__ = "0.1.0"
+
 __all__ = [
     "App",
     "InvalidTaskError",

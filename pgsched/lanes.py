@@ -2,7 +2,7 @@
 
 HIGH (priority 8-10), NORMAL (4-7), LOW (0-3) follow from the priority; BATCH is asked for
 explicitly (bulk fan-out, throttled); DEAD is where terminal failures land. The database
-decides a task's lane (`pgsched.lane_for`); this mirror serves parsing and display.
+decides a task's lane (SQL `pgsched.lane_for`); this mirror serves parsing and display.
 """
 
 from __future__ import annotations
@@ -32,13 +32,3 @@ class Lane(StrEnum):
 
 
 WORK_LANES = (Lane.HIGH, Lane.NORMAL, Lane.LOW, Lane.BATCH)
-
-
-def lane_for(priority: int, batch: bool = False) -> Lane:
-    if batch:
-        return Lane.BATCH
-    if priority >= 8:
-        return Lane.HIGH
-    if priority >= 4:
-        return Lane.NORMAL
-    return Lane.LOW

@@ -8,7 +8,6 @@ silently read in the session's time zone.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
@@ -61,9 +60,3 @@ class TaskSpec(BaseModel):
         if upper not in {"HIGH", "NORMAL", "LOW", "BATCH"}:
             raise ValueError(f"unknown lane {value!r} (one of HIGH, NORMAL, LOW, BATCH)")
         return upper
-
-
-def require_aware(moment: datetime | None, name: str = "run_at") -> datetime | None:
-    if moment is not None and moment.utcoffset() is None:
-        raise ValueError(f"{name} is a naive datetime; give it a time zone (e.g. UTC)")
-    return moment

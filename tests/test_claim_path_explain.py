@@ -115,7 +115,7 @@ def _hot_indexes(conn: psycopg.Connection) -> set[str]:
 
 
 def test_seeded_as_intended(backlog: psycopg.Connection) -> None:
-    by_partition = dict(
+    by_partition: dict[str, int] = dict(
         backlog.execute(
             "SELECT tableoid::regclass::text, count(*) FROM pgsched.tasks GROUP BY 1"
         ).fetchall()
@@ -178,10 +178,12 @@ def test_claim_returns_the_due_rows_in_order(backlog: psycopg.Connection) -> Non
 
 
 def test_hot_partition_is_a_small_fraction_of_cold(backlog: psycopg.Connection) -> None:
-    hot, cold = backlog.execute(
+    sizes = backlog.execute(
         "SELECT pg_total_relation_size('pgsched.tasks_hot'),"
         " pg_total_relation_size('pgsched.tasks_cold')"
     ).fetchone()
+    assert sizes is not None
+    hot, cold = sizes
     assert cold > 50 * 1024 * 1024
     assert hot < cold * 0.02, (hot, cold)
 

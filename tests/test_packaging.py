@@ -81,3 +81,17 @@ def test_installed_wheel_finds_its_own_sql(wheel: Path, tmp_path: Path) -> None:
     found = json.loads(result.stdout)
     assert found["dir"] == str(site / "pgsched" / "sql")
     assert found["migrations"] == [[m.version, m.name, m.checksum] for m in migrations()]
+
+
+def test_wheel_is_typed_and_carries_the_one_version(wheel: Path) -> None:
+    """The version is written once (pgsched/__init__.py); the wheel's metadata agrees, and
+    the wheel marks the package as typed (PEP 561) so mypy reads its annotations."""
+    import pgsched
+
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(metadata_name).decode()
+    assert "pgsched/py.typed" in names
+    assert f"\nVersion: {pgsched.__version__}\n" in metadata
+    assert wheel.name.startswith(f"pgsched-{pgsched.__version__}-")

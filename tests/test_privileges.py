@@ -83,7 +83,9 @@ def schedule(login: psycopg.Connection, task_type: str, **kwargs: Any) -> int:
     return int(row[0])
 
 
-def claim(login: psycopg.Connection, lane: str = "NORMAL", worker: str = "w1") -> list[tuple]:
+def claim(
+    login: psycopg.Connection, lane: str = "NORMAL", worker: str = "w1"
+) -> list[tuple[Any, ...]]:
     return login.execute(
         "SELECT id, lease_token FROM pgsched.task_claim_many(%s, 10, %s, '30 seconds')",
         (lane, worker),

@@ -360,7 +360,7 @@ def test_app_schedule_recurring_refuses_bad_input_and_writes_nothing(
 ) -> None:
     app = App(db_dsn)
     before = counts(conn)
-    for kwargs, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"cron_expression": "61 * * * *"}, "out of range"),
         ({"cron_expression": "0 0 31 2 *"}, "never fires"),
         ({"cron_expression": "0 0 L * *"}, "does not support"),
@@ -370,7 +370,8 @@ def test_app_schedule_recurring_refuses_bad_input_and_writes_nothing(
         ({"timezone": "Mars/Olympus"}, "unknown time zone"),
         ({"misfire_policy": "sometimes"}, "unknown misfire_policy"),
         ({"catch_up_limit": 0}, "catch_up_limit"),
-    ]:
+    ]
+    for kwargs, message in cases:
         args: dict[str, Any] = {"cron_expression": "0 9 * * *", "timezone": "UTC", **kwargs}
         cron = args.pop("cron_expression")
         with pytest.raises(InvalidTaskError, match=message):

@@ -331,7 +331,9 @@ def test_concurrent_duplicate_key_waits_for_the_first(
         "SELECT task_id, created FROM pgsched.schedule_tasks(task_types => ARRAY['charge'],"
         " tenant_ids => ARRAY['acme'], idempotency_keys => ARRAY['order-7'])"
     )
-    first_id, first_created = first.execute(call).fetchone()  # transaction left open
+    row = first.execute(call).fetchone()  # transaction left open
+    assert row is not None
+    first_id, first_created = row
     assert first_created is True
 
     result: list[tuple[int, bool]] = []
@@ -339,7 +341,9 @@ def test_concurrent_duplicate_key_waits_for_the_first(
 
     def run_second() -> None:
         try:
-            result.append(second.execute(call).fetchone())
+            second_row = second.execute(call).fetchone()
+            assert second_row is not None
+            result.append((second_row[0], second_row[1]))
         except BaseException as exc:  # reported by the main thread
             failure.append(exc)
 

@@ -346,13 +346,14 @@ def test_one_occurrence_per_fire_time_with_racing_and_killed_sweepers(
             kills += 1
             mid_run_kills += victim.kill_mid_sweep()
             pool[0] = spawn()  # starts while the others finish this round
+
             # Its session ends with it (and with the session, any row lock it held).
+            def backend_gone(pid: int = victim.backend_pid) -> bool:
+                alive = conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+                return alive.fetchone() is None
+
             wait_until(
-                lambda pid=victim.backend_pid: (
-                    not conn.execute(
-                        "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
-                    ).fetchone()
-                ),
+                backend_gone,
                 20,
                 what="the killed sweeper's backend to end",
             )
@@ -860,6 +861,7 @@ def test_every_minute_schedule_fires_on_the_minute_and_arms_the_next(
     ).fetchall()
     assert [(r[0], r[1]) for r in logged] == [(first_task, schedule_id)]
     assert logged[0][2] >= fire
+    assert nxt is not None
     next_task, next_fire = nxt
     assert next_fire == fire + timedelta(minutes=1)
     occurrence = conn.execute(

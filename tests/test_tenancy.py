@@ -140,9 +140,9 @@ def test_tenants_cli_add_list_disable(db_env: dict[str, str], conn: psycopg.Conn
         ("tenants", "add", "a'b", "--product", "crm"): "tenant_id 'a''b' is not a plain identifier",
         ("tenants", "disable", "nobody"): "no tenant nobody",
     }
-    for (args, message), refused in zip(bad.items(), run_cli_together(db_env, *bad), strict=True):
-        assert refused.returncode != 0, args
-        assert message in refused.stderr, (args, refused.stderr)
+    for (argv, message), refused in zip(bad.items(), run_cli_together(db_env, *bad), strict=True):
+        assert refused.returncode != 0, argv
+        assert message in refused.stderr, (argv, refused.stderr)
     assert conn.execute("SELECT * FROM pgsched.tenants ORDER BY tenant_id").fetchall() == before
 
 

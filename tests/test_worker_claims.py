@@ -81,7 +81,7 @@ def test_concurrent_claims_are_bounded_and_disjoint(
     # Each row is locked by the session whose claim returned it.
     for n, per in enumerate(claimed):
         assert all(worker == f"w{n}" for _, worker in per)
-    in_db = dict(
+    in_db: dict[int, str] = dict(
         conn.execute(
             "SELECT id, locked_by FROM pgsched.tasks WHERE task_type = 'claim_me'"
             " AND status = 'PROCESSING' AND attempts = 1"

@@ -194,7 +194,9 @@ def test_transactional_write_commits_with_completion(
         bad_async: "FAILED",
         bad_sync: "FAILED",
     }
-    written = dict(conn.execute("SELECT task_id, note FROM public.worker_test_tx").fetchall())
+    written: dict[int, str] = dict(
+        conn.execute("SELECT task_id, note FROM public.worker_test_tx").fetchall()
+    )
     # The failed attempts' writes were rolled back; the completed ones' are there once.
     assert written == {ok_async: "async", ok_sync: "sync"}
     assert conn.execute("SELECT count(*) FROM public.worker_test_tx").fetchone() == (2,)

@@ -57,7 +57,7 @@ _diagnostics: list[Callable[[], str]] = []
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float,
     *,
     what: str = "condition",
