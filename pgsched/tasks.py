@@ -31,6 +31,15 @@ class TaskSpec(BaseModel):
     lane: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("tenant_id")
+    @classmethod
+    def _tenant_not_reserved(cls, value: str) -> str:
+        # The engine names its own rows with a leading "_" (a fan-out parent is "_all"); the
+        # database refuses such tenants, so refuse them here too, before anything is sent.
+        if value.startswith("_"):
+            raise ValueError(f"tenant_id {value!r} starts with '_', which is reserved for pgsched")
+        return value
+
     @field_validator("payload")
     @classmethod
     def _payload_is_json(cls, value: Any) -> Any:

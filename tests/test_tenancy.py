@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from apps.tenancy_app import create_tables
 from psycopg.rows import dict_row
+from pydantic import ValidationError
 from worker_helpers import (
     Workers,
     events,
@@ -30,6 +31,8 @@ from worker_helpers import (
     transitions,
     wait_until,
 )
+
+from pgsched import App, InvalidTaskError, TaskSpec
 
 APP = "tests.apps.tenancy_app:app"
 BATCH_FLAGS = ["--batch-rate", "1000", "--batch-concurrency", "32"]
@@ -419,6 +422,23 @@ def test_keyed_product_task_reaches_a_tenant_that_used_the_same_key_elsewhere(
     token = claim_one(conn, parent)
     assert conn.execute("SELECT pgsched.task_fan_out(%s, %s)", (parent, token)).fetchone() == (2,)
     assert sorted(outcomes(conn, parent)) == ["k1", "k2"]
+
+
+def test_python_refuses_reserved_tenant_ids_before_the_database(
+    db_dsn: str, conn: psycopg.Connection
+) -> None:
+    """Tenant ids starting with "_" are the engine's (a fan-out parent is "_all"): the
+    model refuses them, naming the field, as the database does."""
+    with pytest.raises(ValidationError, match=r"tenant_id[\s\S]*reserved"):
+        TaskSpec(task_type="send_invoice", tenant_id="_all")
+    app = App(db_dsn)
+    for bad in ("_all", "_acme"):
+        with pytest.raises(InvalidTaskError, match=r"^tenant_id: .*reserved for pgsched"):
+            app.schedule("send_invoice", tenant_id=bad)
+        with pytest.raises(InvalidTaskError, match=r"^tenant_id: .*reserved for pgsched"):
+            app.schedule_many([{"task_type": "send_invoice", "tenant_id": bad}])
+    assert conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (0,)
+    assert TaskSpec(task_type="send_invoice", tenant_id="acme_1").tenant_id == "acme_1"
 
 
 def test_reserved_fan_out_tenant_cannot_be_used_by_a_tenant_task(
