@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import dict_row
 
 from pgsched.queries import query
 from pgsched.recurring import ScheduleRow, arm
@@ -127,16 +128,19 @@ class RetentionSweep:
     name: str = "retention"
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
-        totals = {"tasks": 0, "events": 0, "idempotency_keys": 0, "occurrences": 0}
-        while True:
-            row = conn.execute(
-                query("retention_prune"), {"keep": self.keep, "max_rows": self.chunk}
-            ).fetchone()
-            assert row is not None
-            for name, count in zip(totals, row, strict=True):
-                totals[name] += int(count)
-            if max(int(c) for c in row) < self.chunk:
-                return totals
+        # Counted by what was deleted: tasks, events, idempotency keys, recurring
+        # occurrences, ledger rows of completed keyed work (once-keys are never deleted).
+        totals: dict[str, int] = {}
+        with conn.cursor(row_factory=dict_row) as cur:
+            while True:
+                row = cur.execute(
+                    query("retention_prune"), {"keep": self.keep, "max_rows": self.chunk}
+                ).fetchone()
+                assert row is not None
+                for name, count in row.items():
+                    totals[name] = totals.get(name, 0) + int(count)
+                if max(int(c) for c in row.values()) < self.chunk:
+                    return totals
 
 
 def default_sweeps() -> list[Sweep]:

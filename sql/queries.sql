@@ -248,7 +248,8 @@ SELECT
     tasks,
     events,
     idempotency_keys,
-    occurrences
+    occurrences,
+    ledger
 FROM pgsched.retention_prune(%(keep)s, %(max_rows)s);
 
 -- name: sweep_leader_try

@@ -237,9 +237,6 @@ def test_worker_claims_fans_out_and_finishes_but_cannot_administer(
         "SELECT * FROM pgsched.work_record_done_many(%s::bigint[], %s::uuid[])",
         ([plain, product, plain], [claimed[plain], claimed[product], uuid.uuid4()]),
     ).fetchall() == [(plain, True), (product, False), (plain, False)]
-    assert worker.execute(
-        "SELECT pgsched.work_record_done(%s, %s)", (plain, claimed[plain])
-    ).fetchone() == (False,)
     assert conn.execute(
         "SELECT tenant_id, task_type, idempotency_key, task_id FROM pgsched.completed_work"
     ).fetchall() == [("acme", "send_email", "welcome:7", plain)]

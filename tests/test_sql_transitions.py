@@ -118,8 +118,8 @@ def test_cancel_not_started(conn: psycopg.Connection, due_in: timedelta, was: st
     ).fetchone() == (task_id,)
     assert where(conn, task_id) == ("CANCELLED", "pgsched.tasks_done")
     assert conn.execute(
-        "SELECT enabled, status_reason, updated_at FROM pgsched.tasks WHERE id = %s", (task_id,)
-    ).fetchone() == (False, "customer left", cancelled_at)
+        "SELECT status_reason, updated_at FROM pgsched.tasks WHERE id = %s", (task_id,)
+    ).fetchone() == ("customer left", cancelled_at)
     assert events(conn, task_id) == [(was, "CANCELLED", 0, None, "customer left", cancelled_at)]
 
 

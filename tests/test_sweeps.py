@@ -727,8 +727,30 @@ def test_retention_prunes_old_finished_work_and_keeps_live_and_dead_tasks(
 
     # Twice is harmless: nothing more goes.
     again = RetentionSweep(keep=timedelta(days=30)).run_once(conn, db_now(conn))
-    assert again == {"tasks": 0, "events": 0, "idempotency_keys": 0, "occurrences": 0}
+    assert again == {"tasks": 0, "events": 0, "idempotency_keys": 0, "occurrences": 0, "ledger": 0}
     assert table_counts(conn) == after
+
+
+def test_retention_keeps_once_keys_forever_and_counts_the_ledger_apart(
+    conn: psycopg.Connection,
+) -> None:
+    """`ctx.once` is documented as true the first time ever: retention must not forget a
+    once-key however old it is. The keyed ledger rows it does delete are counted as
+    `ledger`, not as idempotency keys (which are a different table)."""
+    keyed = schedule(conn, "r", idempotency_key="invoice:7")
+    finish(conn, keyed, "COMPLETED")  # the completion writes the ledger row for invoice:7
+    once = "SELECT pgsched.work_once('default', 'r', 'welcome-email', %s)"
+    assert conn.execute(once, (keyed,)).fetchone() == (True,)
+    age(conn, [keyed], timedelta(days=400))
+    conn.execute("UPDATE pgsched.completed_work SET completed_at = now() - interval '400 days'")
+    ledger = "SELECT task_type, idempotency_key FROM pgsched.completed_work ORDER BY task_type"
+    assert conn.execute(ledger).fetchall() == [("r", "invoice:7"), ("r#once", "welcome-email")]
+
+    pruned = RetentionSweep(keep=timedelta(days=30)).run_once(conn, db_now(conn))
+
+    assert pruned == {"tasks": 1, "events": 2, "idempotency_keys": 1, "occurrences": 0, "ledger": 1}
+    assert conn.execute(ledger).fetchall() == [("r#once", "welcome-email")]
+    assert conn.execute(once, (keyed,)).fetchone() == (False,)  # still once, a year on
 
 
 def test_retention_keeps_the_events_of_the_tasks_it_keeps(conn: psycopg.Connection) -> None:
