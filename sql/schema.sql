@@ -54,14 +54,6 @@ CREATE TYPE pgsched.task_status AS ENUM (
 );
 
 --
--- Name: all_tenants_id(); Type: FUNCTION; Schema: pgsched; Owner: -
---
-
-CREATE FUNCTION pgsched.all_tenants_id() RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT '_all' $$;
-
---
 -- Name: cancel_task(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -82,7 +74,7 @@ BEGIN
     END IF;
     UPDATE pgsched.tasks AS tk
        SET status = 'CANCELLED', status_reason = coalesce(cancel_task.reason, 'cancelled'),
-           enabled = FALSE, updated_at = coalesce(cancel_task.as_of, now())
+           updated_at = coalesce(cancel_task.as_of, now())
      WHERE tk.id = cancel_task.task_id AND tk.status IN ('PENDING', 'QUEUED');
     IF FOUND THEN
         RETURN cancel_task.task_id;
@@ -153,7 +145,7 @@ CREATE FUNCTION pgsched.dead_discard(task_id bigint, reason text DEFAULT 'discar
     AS $$
 BEGIN
     UPDATE pgsched.tasks AS tk
-       SET status = 'CANCELLED', status_reason = dead_discard.reason, enabled = FALSE,
+       SET status = 'CANCELLED', status_reason = dead_discard.reason,
            updated_at = coalesce(dead_discard.as_of, now())
      WHERE tk.id = dead_discard.task_id AND tk.status = 'FAILED';
     IF NOT FOUND THEN
@@ -187,7 +179,7 @@ BEGIN
     WITH retried AS (
         UPDATE pgsched.tasks AS tk
            SET status = 'QUEUED', attempts = 0, next_run_at = t, status_reason = dead_retry.reason,
-               enabled = TRUE, updated_at = t
+               updated_at = t
          WHERE tk.status = 'FAILED'
            AND (dead_retry.all_tasks
                 OR tk.id = dead_retry.task_id
@@ -345,7 +337,7 @@ $$;
 -- Name: retention_prune(interval, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
-CREATE FUNCTION pgsched.retention_prune(keep interval DEFAULT '30 days'::interval, max_rows integer DEFAULT 10000, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(tasks bigint, events bigint, idempotency_keys bigint, occurrences bigint)
+CREATE FUNCTION pgsched.retention_prune(keep interval DEFAULT '30 days'::interval, max_rows integer DEFAULT 10000, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(tasks bigint, events bigint, idempotency_keys bigint, occurrences bigint, ledger bigint)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -397,19 +389,19 @@ BEGIN
      WHERE o.schedule_id = old.schedule_id AND o.fire_at = old.fire_at;
     GET DIAGNOSTICS n_occurrences = ROW_COUNT;
 
-    -- The ledger of completed work ages out with the tasks it vouches for.
+    -- '#once' cannot occur in a task type (plain identifiers), so this spares exactly the
+    -- once-keys.
     WITH old AS (
         SELECT w.tenant_id, w.task_type, w.idempotency_key FROM pgsched.completed_work AS w
-         WHERE w.completed_at < cutoff
+         WHERE w.completed_at < cutoff AND w.task_type NOT LIKE '%#once'
          LIMIT max_rows
     )
     DELETE FROM pgsched.completed_work AS w USING old
      WHERE w.tenant_id = old.tenant_id AND w.task_type = old.task_type
        AND w.idempotency_key = old.idempotency_key;
     GET DIAGNOSTICS n_ledger = ROW_COUNT;
-    n_keys := n_keys + n_ledger;
 
-    RETURN QUERY SELECT n_tasks, n_events, n_keys, n_occurrences;
+    RETURN QUERY SELECT n_tasks, n_events, n_keys, n_occurrences, n_ledger;
 END;
 $$;
 
@@ -824,7 +816,6 @@ CREATE TABLE pgsched.tasks (
     priority integer DEFAULT 5 NOT NULL,
     lane pgsched.task_lane NOT NULL,
     status pgsched.task_status NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
     attempts bigint DEFAULT 0 NOT NULL,
     max_attempts bigint DEFAULT 3 NOT NULL,
     last_run_at timestamp with time zone,
@@ -1474,29 +1465,6 @@ CREATE FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task
 $$;
 
 --
--- Name: work_record_done(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
---
-
-CREATE FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-    WITH held AS (
-        SELECT tk.tenant_id, tk.task_type, tk.idempotency_key, tk.id
-          FROM pgsched.tasks AS tk
-         WHERE tk.id = work_record_done.task_id AND tk.status = 'PROCESSING'
-           AND tk.lease_token = work_record_done.lease_token AND tk.idempotency_key IS NOT NULL
-    ),
-    ins AS (
-        INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
-        SELECT h.tenant_id, h.task_type, h.idempotency_key, h.id FROM held AS h
-        ON CONFLICT DO NOTHING
-        RETURNING w.task_id
-    )
-    SELECT EXISTS (SELECT 1 FROM ins)
-$$;
-
---
 -- Name: work_record_done_many(bigint[], uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1586,7 +1554,6 @@ CREATE VIEW pgsched.lane_batch AS
     tasks.priority,
     tasks.lane,
     tasks.status,
-    tasks.enabled,
     tasks.attempts,
     tasks.max_attempts,
     tasks.last_run_at,
@@ -1600,7 +1567,8 @@ CREATE VIEW pgsched.lane_batch AS
     tasks.product,
     tasks.parent_id,
     tasks.created_at,
-    tasks.updated_at
+    tasks.updated_at,
+    tasks.schedule_id
    FROM pgsched.tasks
   WHERE ((tasks.lane = 'BATCH'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
 
@@ -1621,7 +1589,6 @@ CREATE VIEW pgsched.lane_dead AS
     tasks.priority,
     tasks.lane,
     tasks.status,
-    tasks.enabled,
     tasks.attempts,
     tasks.max_attempts,
     tasks.last_run_at,
@@ -1635,7 +1602,8 @@ CREATE VIEW pgsched.lane_dead AS
     tasks.product,
     tasks.parent_id,
     tasks.created_at,
-    tasks.updated_at
+    tasks.updated_at,
+    tasks.schedule_id
    FROM pgsched.tasks
   WHERE (tasks.status = 'FAILED'::pgsched.task_status);
 
@@ -1656,7 +1624,6 @@ CREATE VIEW pgsched.lane_high AS
     tasks.priority,
     tasks.lane,
     tasks.status,
-    tasks.enabled,
     tasks.attempts,
     tasks.max_attempts,
     tasks.last_run_at,
@@ -1670,7 +1637,8 @@ CREATE VIEW pgsched.lane_high AS
     tasks.product,
     tasks.parent_id,
     tasks.created_at,
-    tasks.updated_at
+    tasks.updated_at,
+    tasks.schedule_id
    FROM pgsched.tasks
   WHERE ((tasks.lane = 'HIGH'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
 
@@ -1691,7 +1659,6 @@ CREATE VIEW pgsched.lane_low AS
     tasks.priority,
     tasks.lane,
     tasks.status,
-    tasks.enabled,
     tasks.attempts,
     tasks.max_attempts,
     tasks.last_run_at,
@@ -1705,7 +1672,8 @@ CREATE VIEW pgsched.lane_low AS
     tasks.product,
     tasks.parent_id,
     tasks.created_at,
-    tasks.updated_at
+    tasks.updated_at,
+    tasks.schedule_id
    FROM pgsched.tasks
   WHERE ((tasks.lane = 'LOW'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
 
@@ -1726,7 +1694,6 @@ CREATE VIEW pgsched.lane_normal AS
     tasks.priority,
     tasks.lane,
     tasks.status,
-    tasks.enabled,
     tasks.attempts,
     tasks.max_attempts,
     tasks.last_run_at,
@@ -1740,7 +1707,8 @@ CREATE VIEW pgsched.lane_normal AS
     tasks.product,
     tasks.parent_id,
     tasks.created_at,
-    tasks.updated_at
+    tasks.updated_at,
+    tasks.schedule_id
    FROM pgsched.tasks
   WHERE ((tasks.lane = 'NORMAL'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
 
@@ -1993,7 +1961,6 @@ CREATE TABLE pgsched.tasks_cold (
     priority integer DEFAULT 5 NOT NULL,
     lane pgsched.task_lane NOT NULL,
     status pgsched.task_status NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
     attempts bigint DEFAULT 0 NOT NULL,
     max_attempts bigint DEFAULT 3 NOT NULL,
     last_run_at timestamp with time zone,
@@ -2034,7 +2001,6 @@ CREATE TABLE pgsched.tasks_done (
     priority integer DEFAULT 5 NOT NULL,
     lane pgsched.task_lane NOT NULL,
     status pgsched.task_status NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
     attempts bigint DEFAULT 0 NOT NULL,
     max_attempts bigint DEFAULT 3 NOT NULL,
     last_run_at timestamp with time zone,
@@ -2075,7 +2041,6 @@ CREATE TABLE pgsched.tasks_hot (
     priority integer DEFAULT 5 NOT NULL,
     lane pgsched.task_lane NOT NULL,
     status pgsched.task_status NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
     attempts bigint DEFAULT 0 NOT NULL,
     max_attempts bigint DEFAULT 3 NOT NULL,
     last_run_at timestamp with time zone,
@@ -2404,14 +2369,6 @@ GRANT USAGE ON SCHEMA pgsched TO pgsched_worker;
 GRANT USAGE ON SCHEMA pgsched TO pgsched_admin;
 
 --
--- Name: FUNCTION all_tenants_id(); Type: ACL; Schema: pgsched; Owner: -
---
-
-REVOKE ALL ON FUNCTION pgsched.all_tenants_id() FROM PUBLIC;
-GRANT ALL ON FUNCTION pgsched.all_tenants_id() TO pgsched_worker;
-GRANT ALL ON FUNCTION pgsched.all_tenants_id() TO pgsched_admin;
-
---
 -- Name: FUNCTION cancel_task(task_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2711,14 +2668,6 @@ GRANT ALL ON FUNCTION pgsched.transition_is_legal(from_status pgsched.task_statu
 REVOKE ALL ON FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) TO pgsched_admin;
-
---
--- Name: FUNCTION work_record_done(task_id bigint, lease_token uuid); Type: ACL; Schema: pgsched; Owner: -
---
-
-REVOKE ALL ON FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) TO pgsched_worker;
-GRANT ALL ON FUNCTION pgsched.work_record_done(task_id bigint, lease_token uuid) TO pgsched_admin;
 
 --
 -- Name: FUNCTION work_record_done_many(task_ids bigint[], lease_tokens uuid[]); Type: ACL; Schema: pgsched; Owner: -

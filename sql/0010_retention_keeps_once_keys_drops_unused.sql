@@ -1,5 +1,5 @@
--- 0010 — `ctx.once` is once, ever; retention counts what it deletes under its own name;
--- what nothing used is gone (tasks.enabled, work_record_done, all_tenants_id).
+-- 0010 — retention keeps `ctx.once` keys (once is once, ever) and counts what it deletes
+-- under its own name; what nothing used is gone (tasks.enabled, work_record_done, all_tenants_id).
 --
 -- Dropping tasks.enabled takes an ACCESS EXCLUSIVE lock on pgsched.tasks and every
 -- partition for a moment (a catalog change: no row is rewritten; old rows keep the dead
