@@ -323,6 +323,27 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
 @click.option("--batch-rate", type=float, default=200.0, show_default=True, help="BATCH starts/s.")
 @click.option("--worker-id", default=None)
 @click.option("--sweeps", is_flag=True, help="Also run the sweeps (one leader is elected).")
+@click.option(
+    "--max-stuck-threads",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Timed-out plain handlers still holding a thread; past this, drain and exit 3.",
+)
+@click.option(
+    "--stall-threshold",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Log the task that blocks the event loop longer than this (s).",
+)
+@click.option(
+    "--wakeup-debounce",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="At most one NOTIFY-triggered claim per lane per this interval (s).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.pass_context
 def worker(
@@ -339,6 +360,9 @@ def worker(
     batch_rate: float,
     worker_id: str | None,
     sweeps: bool,
+    max_stuck_threads: int,
+    stall_threshold: float,
+    wakeup_debounce: float,
     log_level: str,
 ) -> None:
     """Run tasks of the given lanes until SIGTERM / SIGINT."""
@@ -362,21 +386,25 @@ def worker(
             poll_interval=poll_interval,
             grace_seconds=grace_seconds,
             batch_concurrency=batch_concurrency,
-            batch_rate=batch_rate if batch_rate > 0 else None,
+            # 0 lifts the limit; a negative rate is refused by the configuration.
+            batch_rate=batch_rate if batch_rate != 0 else None,
             worker_id=worker_id,
             run_sweeps=sweeps,
+            max_stuck_threads=max_stuck_threads,
+            stall_threshold=stall_threshold,
+            wakeup_debounce=wakeup_debounce,
         )
     except ValueError as exc:
         _fail(str(exc))
         return
     runner = Worker(dsn, app.registry, config)
     asyncio.run(runner.run())
-    if runner.abandoned_threads:
+    if runner.abandoned_threads or runner.exit_status:
         # A plain handler still running past the grace period would hold the interpreter
         # open (its thread cannot be interrupted); its task was released, so leave now.
         logging.shutdown()
         sys.stdout.flush()
-        os._exit(0)
+        os._exit(runner.exit_status)
 
 
 @main.group()

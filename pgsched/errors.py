@@ -14,6 +14,11 @@ class InvalidTaskError(PgschedError, ValueError):
     """The task's input was refused; nothing was written."""
 
 
+class ConfigError(PgschedError, ValueError):
+    """A process was configured with a value it cannot run with (the message names the
+    option); it refused to start."""
+
+
 class TaskNotFoundError(PgschedError, LookupError):
     """No task has that id."""
 

@@ -3,12 +3,18 @@
 Claim as many due tasks as there are free slots (at most `batch_size`), start them, and
 when the lane runs dry sleep until the earliest of: the lane's next due time (asked of the
 database, measured by its clock), a NOTIFY for the lane, or the jittered backup poll.
+
+A NOTIFY is a hint that the lane may have work, nothing more (its payload is never read).
+Wake-ups coalesce: a notification wakes the lane at once unless a notification already
+woke it less than `debounce` ago; then the claim waits out the rest of that interval, and
+every notification arriving meanwhile is served by that one claim. However many
+notifications arrive, they cost at most one claim (and one next-due query) per lane per
+`debounce`; a backlog's own claims (full batches, claimed back to back) are not delayed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -60,6 +66,8 @@ class LaneLoop:
         next_due: Callable[[Lane], Awaitable[tuple[datetime | None, datetime]]],
         start: Callable[[TaskRow, Callable[[], None]], Any],
         room: Callable[[], Awaitable[None]] | None = None,
+        stuck_threads: Callable[[], int] | None = None,
+        debounce: float = 0.0,
     ) -> None:
         self.lane = lane
         self.settings = settings
@@ -70,18 +78,30 @@ class LaneLoop:
         self._next_due = next_due
         self._start = start
         self._room = room
+        self._stuck_threads = stuck_threads
+        self.debounce = debounce
+        self._notified_at = -debounce
         self._limiter = RateLimiter(settings.rate) if settings.rate else None
         self.in_flight = 0
         self._slot_freed = asyncio.Event()
         self.claimed = 0
+        self.claims = 0
+        self.notified = 0
 
     def _free_slot(self) -> None:
         self.in_flight -= 1
         self._slot_freed.set()
 
+    def capacity_changed(self) -> None:
+        """A stuck handler thread came back: the lane may claim again."""
+        self._slot_freed.set()
+
     async def run(self) -> None:
         while True:
             free = self.settings.concurrency - self.in_flight
+            if self._stuck_threads is not None:
+                # A thread still held by a timed-out handler cannot run a new task.
+                free -= self._stuck_threads()
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
@@ -98,6 +118,7 @@ class LaneLoop:
                 want = min(want, allowed)
             # Cleared before claiming: a NOTIFY that lands during the claim is kept.
             self.wakeup.clear()
+            self.claims += 1
             try:
                 tasks = await self._claim(self.lane, want)
             except psycopg.errors.SerializationFailure:
@@ -129,5 +150,12 @@ class LaneLoop:
             # Due rows exist but others hold them (mid-claim): yield briefly, then retry.
             await asyncio.sleep(0.002)
             return
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(self.wakeup.wait(), timeout)
+        except TimeoutError:
+            return
+        self.notified += 1
+        since = time.monotonic() - self._notified_at
+        if since < self.debounce:
+            await asyncio.sleep(self.debounce - since)
+        self._notified_at = time.monotonic()

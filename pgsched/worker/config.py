@@ -1,10 +1,62 @@
-"""What a worker is told. Defaults suit a small deployment; the CLI exposes each."""
+"""What a worker is told. Defaults suit a small deployment; the CLI exposes each.
+
+Every value is checked when the configuration is built, before anything connects: a zero
+batch size would claim nothing forever, a zero concurrency would never start a task, a
+negative lease would expire before it was granted. A refusal is a `ConfigError` whose
+message names the command-line option and the value given.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from pgsched.errors import ConfigError
 from pgsched.lanes import Lane
+
+# The option each field is set by on `pgsched worker`: refusals name what the operator typed.
+OPTION_NAMES = {
+    "concurrency": "--concurrency",
+    "batch_size": "--batch-size",
+    "flush_size": "--flush-size",
+    "flush_interval": "flush_interval",
+    "lease_seconds": "--lease",
+    "poll_interval": "--poll-interval",
+    "grace_seconds": "--grace",
+    "batch_concurrency": "--batch-concurrency",
+    "batch_rate": "--batch-rate",
+    "rescue_interval": "rescue_interval",
+    "max_stuck_threads": "--max-stuck-threads",
+    "stall_threshold": "--stall-threshold",
+    "wakeup_debounce": "--wakeup-debounce",
+}
+
+
+def require_int(option: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{option} must be a whole number (got {value!r})")
+    if value < minimum:
+        raise ConfigError(f"{option} must be at least {minimum} (got {value})")
+
+
+def require_seconds(
+    option: str, value: object, *, minimum: float = 0.0, zero_ok: bool = False
+) -> None:
+    """A finite number of seconds, above `minimum` (or equal to it when `zero_ok`)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{option} must be a number of seconds (got {value!r})")
+    if not math.isfinite(value):
+        raise ConfigError(f"{option} must be a finite number of seconds (got {value})")
+    if value < minimum or (value == minimum and not zero_ok):
+        bound = f"at least {minimum:g}" if zero_ok else f"more than {minimum:g}"
+        raise ConfigError(f"{option} must be {bound} seconds (got {value:g})")
+
+
+def require_rate(option: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{option} must be a number of tasks per second (got {value!r})")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{option} must be a positive number of tasks per second (got {value})")
 
 
 @dataclass(frozen=True)
@@ -16,10 +68,9 @@ class LaneSettings:
     rate: float | None = None
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.rate is not None and self.rate <= 0:
-            raise ValueError("rate must be a positive number of tasks per second")
+        require_int("concurrency", self.concurrency, 1)
+        if self.rate is not None:
+            require_rate("rate", self.rate)
 
 
 @dataclass(frozen=True)
@@ -40,17 +91,38 @@ class WorkerConfig:
     worker_id: str | None = None
     # Also run the sweeps (one elected leader among all processes that do).
     run_sweeps: bool = False
+    # A plain-function handler that timed out keeps its thread until it returns (Python
+    # cannot stop a thread). Past this many such threads the worker drains and exits
+    # non-zero, so its supervisor starts a clean process.
+    max_stuck_threads: int = 10
+    # The event loop not ticking for this long means an async handler blocks it: logged,
+    # with the task that did.
+    stall_threshold: float = 1.0
+    # Notifications only hint that a lane has work: at most one claim they trigger per lane
+    # per this interval, however many arrive (a flood costs a bounded number of claims).
+    wakeup_debounce: float = 0.02
     lane_overrides: dict[Lane, LaneSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.lanes:
-            raise ValueError("a worker needs at least one lane")
+            raise ConfigError("--lanes: a worker needs at least one lane")
         if Lane.DEAD in self.lanes:
-            raise ValueError("the DEAD lane holds terminal failures; no worker runs it")
-        if self.batch_size < 1 or self.concurrency < 1 or self.flush_size < 1:
-            raise ValueError("batch_size, concurrency and flush_size must be at least 1")
-        if self.lease_seconds < 1:
-            raise ValueError("lease_seconds must be at least 1")
+            raise ConfigError("--lanes: the DEAD lane holds terminal failures; no worker runs it")
+        names = OPTION_NAMES
+        require_int(names["concurrency"], self.concurrency, 1)
+        require_int(names["batch_size"], self.batch_size, 1)
+        require_int(names["flush_size"], self.flush_size, 1)
+        require_int(names["batch_concurrency"], self.batch_concurrency, 1)
+        require_int(names["max_stuck_threads"], self.max_stuck_threads, 0)
+        require_seconds(names["lease_seconds"], self.lease_seconds, minimum=1.0, zero_ok=True)
+        require_seconds(names["poll_interval"], self.poll_interval)
+        require_seconds(names["grace_seconds"], self.grace_seconds, zero_ok=True)
+        require_seconds(names["flush_interval"], self.flush_interval)
+        require_seconds(names["rescue_interval"], self.rescue_interval)
+        require_seconds(names["stall_threshold"], self.stall_threshold)
+        require_seconds(names["wakeup_debounce"], self.wakeup_debounce, zero_ok=True)
+        if self.batch_rate is not None:
+            require_rate(names["batch_rate"], self.batch_rate)
 
     def lane_settings(self, lane: Lane) -> LaneSettings:
         if lane in self.lane_overrides:

@@ -27,14 +27,23 @@ from pgsched.handlers import Registration, TaskContext, TaskRow, call_step
 from pgsched.queries import query
 from pgsched.retry import RetryPolicy
 from pgsched.worker.outcomes import Outcome, finish_params
+from pgsched.worker.threads import RaisedInThread, describe_task, running_task
 
 log = logging.getLogger("pgsched.worker.runner")
 
 MAX_ERROR_CHARS = 4000
 
+# What a handler may raise and still only fail its attempt. Not CancelledError: that is the
+# worker cancelling the task (shutdown). SystemExit, KeyboardInterrupt and GeneratorExit
+# raised by handler code are faults of that code; only a signal delivered to the process
+# stops the worker (its handlers are installed on the event loop and raise nothing).
+HandlerFault = (Exception, SystemExit, KeyboardInterrupt, GeneratorExit)
+
 
 def describe(exc: BaseException) -> str:
     """The error and a short traceback summary, for last_error and the event."""
+    if isinstance(exc, RaisedInThread):
+        exc = exc.original
     frames = traceback.format_tb(exc.__traceback__, limit=-3)
     return (f"{type(exc).__name__}: {exc}\n" + "".join(frames))[:MAX_ERROR_CHARS]
 
@@ -115,6 +124,7 @@ class TaskRunner:
         self._connections = connections
 
     async def run(self, task: TaskRow) -> None:
+        running_task.set(task)
         if task.scope != "tenant":
             await self._fan_out(task)
             return
@@ -202,8 +212,8 @@ class TaskRunner:
                 await call_step(validate, ctx, self._executor)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                ctx.logger.warning("validate refused the task: %s", exc)
+            except HandlerFault as exc:
+                log.warning("%s: validate refused it: %r", describe_task(task), exc)
                 error = "validate refused: " + describe(exc)
                 return Outcome(task.id, task.lease_token, "FAILED", error)
         deadline: asyncio.Timeout | None = None
@@ -220,12 +230,13 @@ class TaskRunner:
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
                 error = f"timed out after {registration.timeout}s"
+                log.warning("%s: attempt failed: %s", describe_task(task), error)
                 return retry_outcome(task, registration.retry, error)
             # The handler's own TimeoutError (a client library's): an ordinary failure.
-            ctx.logger.warning("attempt %s failed: %s", task.attempt, exc)
+            log.warning("%s: attempt failed: %r", describe_task(task), exc)
             return retry_outcome(task, registration.retry, describe(exc))
-        except Exception as exc:
-            ctx.logger.warning("attempt %s failed: %s", task.attempt, exc)
+        except HandlerFault as exc:
+            log.warning("%s: attempt failed: %r", describe_task(task), exc)
             return retry_outcome(task, registration.retry, describe(exc))
         if task.idempotency_key is not None and not registration.transactional:
             # Before the (batched) completion: a worker dying now leaves a ledger entry,
@@ -240,8 +251,10 @@ class TaskRunner:
                 await call_step(after, ctx, self._executor)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                ctx.logger.error("after_execute failed (the task is complete): %s", exc)
+            except HandlerFault as exc:
+                log.error(
+                    "%s: after_execute failed (the task is complete): %r", describe_task(task), exc
+                )
                 error = "after_execute failed: " + describe(exc)
                 return Outcome(task.id, task.lease_token, "COMPLETED", error)
         return Outcome(task.id, task.lease_token, "COMPLETED")

@@ -9,14 +9,12 @@ of whatever was running expire and are rescued as usual.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
 import socket
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,13 +28,20 @@ from pgsched.recurring import arm_after_task
 from pgsched.sweeps import Sweeper
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.config import WorkerConfig
+from pgsched.worker.gc_tuning import tune_gc_for_throughput
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
 from pgsched.worker.runner import ConnectionSource, TaskRunner
+from pgsched.worker.stall import LoopStallWatchdog
+from pgsched.worker.threads import LaneThreadPool, describe_task
 from pgsched.worker.wakeup import Wakeups
 
 log = logging.getLogger("pgsched.worker")
+
+# The exit status of a worker that stopped itself because too many handler threads are
+# stuck: not 0 (a supervisor must restart it), not 1 (a crash), not 2 (a usage error).
+EXIT_STUCK_THREADS = 3
 
 
 def default_worker_id() -> str:
@@ -58,6 +63,9 @@ class Worker:
         self._background: set[asyncio.Future[None]] = set()
         self.completed = 0
         self.abandoned_threads = 0
+        self.exit_status = 0
+        self._thread_pools: dict[Lane, LaneThreadPool] = {}
+        self._lane_loops: dict[str, LaneLoop] = {}
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -84,13 +92,7 @@ class Worker:
     async def run(self, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
-        # Hundreds of tasks in flight allocate fast; the default collector thresholds then
-        # rescan the same long-lived objects (app, modules, pools) over and over. Freeze
-        # what startup made and collect the young generation less often: ~9 % less worker
-        # CPU per no-op task (benchmarks/bench_throughput.py).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(20_000, 20, 100)
+        tune_gc_for_throughput()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
@@ -117,20 +119,35 @@ class Worker:
             on_flushed=lambda batch, applied: self._after_flush(keeper, batch, applied),
         )
         ledger = LedgerWriter(pool)
-        # Plain-function handlers run here: as many threads as tasks may run at once.
-        executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgsched-task")
-        runner = TaskRunner(
-            self.worker_id,
-            self.registry.get,
-            record=buffer.add,
-            written=lambda task_id: self._after_flush(
-                keeper, [Outcome(task_id, None, "COMPLETED")], {task_id}
-            ),
-            connections=ConnectionSource(pool, self._sync_pool_factory),
-            record_done=ledger.record_done,
-            dsn=self.dsn,
-            executor=executor,
-        )
+        # Plain-function handlers run in their lane's own pool, as many threads as the lane
+        # runs tasks at once: a lane whose handlers hang cannot take another lane's threads.
+        self._thread_pools = {
+            lane: LaneThreadPool(
+                lane.value,
+                self.config.lane_settings(lane).concurrency,
+                on_stuck=self._on_thread_stuck,
+                on_returned=lambda p, task: loop.call_soon_threadsafe(
+                    self._on_thread_returned, p, task
+                ),
+            )
+            for lane in lanes
+        }
+        connections = ConnectionSource(pool, self._sync_pool_factory)
+        runners = {
+            lane.value: TaskRunner(
+                self.worker_id,
+                self.registry.get,
+                record=buffer.add,
+                written=lambda task_id: self._after_flush(
+                    keeper, [Outcome(task_id, None, "COMPLETED")], {task_id}
+                ),
+                connections=connections,
+                record_done=ledger.record_done,
+                dsn=self.dsn,
+                executor=self._thread_pools[lane],
+            )
+            for lane in lanes
+        }
         wakeups = Wakeups(self.dsn, lanes)
 
         async def claim(lane: Lane, n: int) -> list[TaskRow]:
@@ -160,7 +177,7 @@ class Worker:
         def start(task: TaskRow, done: Any) -> None:
             if task.schedule_id is not None:
                 self._recurring.add(task.id)
-            handle = asyncio.create_task(runner.run(task))
+            handle = asyncio.create_task(runners[task.lane].run(task))
             self._running[task.id] = (handle, task)
 
             def finished(_: asyncio.Task[None]) -> None:
@@ -180,15 +197,21 @@ class Worker:
                 next_due,
                 start,
                 room=buffer.room,
+                stuck_threads=self._thread_pools[lane].stuck_count,
+                debounce=self.config.wakeup_debounce,
             )
             for lane in lanes
         ]
+        self._lane_loops = {lp.lane.value: lp for lp in loops}
+        watchdog = LoopStallWatchdog(loop, self.config.stall_threshold, self._blocking_task)
         background = [
             asyncio.create_task(wakeups.run(), name="pgsched-listen"),
             asyncio.create_task(buffer.run(), name="pgsched-outcomes"),
             asyncio.create_task(ledger.run(), name="pgsched-ledger"),
             asyncio.create_task(self._rescue_loop(pool), name="pgsched-rescue"),
+            asyncio.create_task(watchdog.stamp(), name="pgsched-stall-stamp"),
         ]
+        watchdog.start()
         claimers = [asyncio.create_task(lp.run(), name=f"pgsched-{lp.lane}") for lp in loops]
         for task in (*background, *claimers):
             task.add_done_callback(self._on_loop_exit)
@@ -212,14 +235,24 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             await buffer.flush()
             keeper.stop()
+            watchdog.stop()
             # Threads of abandoned plain handlers are not waited for: their tasks were
             # released above, and their late reports will be refused as stale.
-            executor.shutdown(wait=False, cancel_futures=True)
-            self.abandoned_threads = self._running_threads(executor)
+            for thread_pool in self._thread_pools.values():
+                thread_pool.shutdown(wait=False, cancel_futures=True)
+            self.abandoned_threads = sum(p.alive_threads() for p in self._thread_pools.values())
             await pool.close()
             if self._sync_pool is not None:
                 self._sync_pool.close()
             self.completed = buffer.flushed
+            for lp in loops:
+                log.info(
+                    "lane %s: %d claim queries, %d tasks claimed, %d wake-ups by notification",
+                    lp.lane,
+                    lp.claims,
+                    lp.claimed,
+                    lp.notified,
+                )
             log.info("worker %s stopped", self.worker_id)
 
     async def _drain(self, buffer: OutcomeBuffer) -> None:
@@ -251,9 +284,63 @@ class Worker:
         log.critical("worker loop %s died: %r; stopping", task.get_name(), exc, exc_info=exc)
         self.request_stop()
 
-    @staticmethod
-    def _running_threads(executor: ThreadPoolExecutor) -> int:
-        return sum(1 for thread in getattr(executor, "_threads", ()) if thread.is_alive())
+    @property
+    def stuck_threads(self) -> int:
+        """Threads still running a plain handler whose attempt already timed out."""
+        return sum(p.stuck for p in self._thread_pools.values())
+
+    def _on_thread_stuck(
+        self, pool: LaneThreadPool, task: TaskRow | None, thread: str | None
+    ) -> None:
+        """On the loop: a timed-out plain handler keeps its thread. Count it; past the
+        limit, drain and exit non-zero so the supervisor starts a clean process."""
+        if self._stop_requested is not None and self._stop_requested.is_set():
+            return  # shutdown gave up on it: counted among the abandoned threads instead
+        stuck = self.stuck_threads
+        limit = self.config.max_stuck_threads
+        log.warning(
+            "%s: timed out, but its thread %s still runs it (Python cannot stop a thread); "
+            "stuck threads: %d in lane %s, %d in this worker (limit %d)",
+            describe_task(task),
+            thread,
+            pool.stuck,
+            pool.lane,
+            stuck,
+            limit,
+        )
+        if stuck > limit and not self.exit_status:
+            self.exit_status = EXIT_STUCK_THREADS
+            log.critical(
+                "%d handler threads are stuck in timed-out handlers, more than "
+                "--max-stuck-threads %d: draining and exiting with status %d so that a "
+                "supervisor restarts this worker",
+                stuck,
+                limit,
+                EXIT_STUCK_THREADS,
+            )
+            self.request_stop()
+
+    def _on_thread_returned(self, pool: LaneThreadPool, task: TaskRow | None) -> None:
+        log.info(
+            "%s: its timed-out handler returned at last; stuck threads: %d in this worker",
+            describe_task(task),
+            self.stuck_threads,
+        )
+        lane_loop = self._lane_loops.get(pool.lane)
+        if lane_loop is not None:
+            lane_loop.capacity_changed()
+
+    def _blocking_task(self, loop: asyncio.AbstractEventLoop) -> str:
+        """From the watchdog's thread: the task whose coroutine holds the loop. Reads
+        asyncio's record of each loop's current task (a dict read; the loop is stuck)."""
+        current = asyncio.current_task(loop)
+        running = list(self._running.values())
+        for handle, task in running:
+            if handle is current:
+                return describe_task(task)
+        ids = ", ".join(str(task.id) for _, task in running[:10])
+        where = current.get_name() if current is not None else "a callback"
+        return f"{where} (no handler task identified; tasks in flight: {ids or 'none'})"
 
     def _after_flush(self, keeper: LeaseKeeper, batch: list[Outcome], applied: set[int]) -> None:
         """Outcomes are written: drop their leases; advance the recurring ones that finished

@@ -1,0 +1,94 @@
+"""A worker refuses a configuration it cannot run with before it connects: the message
+names the option and the value; and its garbage-collector tuning lives in one function."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+from worker_helpers import run_cli
+
+from pgsched.errors import ConfigError, PgschedError
+from pgsched.lanes import Lane
+from pgsched.worker import LaneSettings, WorkerConfig
+
+REFUSED = [
+    ({"concurrency": 0}, "--concurrency must be at least 1 (got 0)"),
+    ({"concurrency": -3}, "--concurrency must be at least 1 (got -3)"),
+    ({"batch_size": 0}, "--batch-size must be at least 1 (got 0)"),
+    ({"flush_size": -1}, "--flush-size must be at least 1 (got -1)"),
+    ({"batch_concurrency": 0}, "--batch-concurrency must be at least 1 (got 0)"),
+    ({"lease_seconds": 0.0}, "--lease must be at least 1 seconds (got 0)"),
+    ({"lease_seconds": -5.0}, "--lease must be at least 1 seconds (got -5)"),
+    ({"poll_interval": 0.0}, "--poll-interval must be more than 0 seconds (got 0)"),
+    ({"poll_interval": math.nan}, "--poll-interval must be a finite number of seconds (got nan)"),
+    ({"grace_seconds": -1.0}, "--grace must be at least 0 seconds (got -1)"),
+    ({"batch_rate": -5.0}, "--batch-rate must be a positive number of tasks per second (got -5.0)"),
+    ({"batch_rate": math.inf}, "--batch-rate must be a positive number of tasks per second"),
+    ({"flush_interval": 0.0}, "flush_interval must be more than 0 seconds (got 0)"),
+    ({"rescue_interval": -1.0}, "rescue_interval must be more than 0 seconds (got -1)"),
+    ({"max_stuck_threads": -1}, "--max-stuck-threads must be at least 0 (got -1)"),
+    ({"stall_threshold": 0.0}, "--stall-threshold must be more than 0 seconds (got 0)"),
+    ({"wakeup_debounce": -0.1}, "--wakeup-debounce must be at least 0 seconds (got -0.1)"),
+    ({"batch_size": 2.5}, "--batch-size must be a whole number (got 2.5)"),
+]
+
+
+@pytest.mark.parametrize(("values", "message"), REFUSED)
+def test_worker_config_refuses_with_the_option_named(values: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        WorkerConfig(**values)
+    assert message in str(refused.value)
+    assert isinstance(refused.value, PgschedError)
+
+
+def test_lane_settings_refuse_zero_concurrency_and_rates() -> None:
+    with pytest.raises(ConfigError, match=r"concurrency must be at least 1 \(got 0\)"):
+        LaneSettings(0)
+    with pytest.raises(ConfigError, match="rate must be a positive number"):
+        LaneSettings(4, rate=0.0)
+    with pytest.raises(ConfigError, match="--lanes"):
+        WorkerConfig(lanes=(Lane.DEAD,))
+
+
+def test_defaults_are_accepted() -> None:
+    config = WorkerConfig()
+    assert config.max_stuck_threads == 10
+    assert config.lane_settings(Lane.BATCH) == LaneSettings(4, 200.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency must be at least 1 (got 0)"),
+        (["--batch-size", "-1"], "--batch-size must be at least 1 (got -1)"),
+        (["--flush-size", "0"], "--flush-size must be at least 1 (got 0)"),
+        (["--lease", "-1"], "--lease must be at least 1 seconds (got -1)"),
+        (["--poll-interval", "0"], "--poll-interval must be more than 0 seconds (got 0)"),
+        (["--batch-rate", "-1"], "--batch-rate must be a positive number of tasks per second"),
+        (["--max-stuck-threads", "-2"], "--max-stuck-threads must be at least 0 (got -2)"),
+    ],
+)
+def test_the_worker_command_refuses_bad_options_without_a_traceback(
+    db_env: dict[str, str], argv: list[str], message: str
+) -> None:
+    done = run_cli(db_env, "worker", "--app", "tests.apps.dispatch:app", *argv, timeout=30)
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_gc_tuning_is_one_named_function_with_the_worker_settings() -> None:
+    code = (
+        "import gc\n"
+        "from pgsched.worker.gc_tuning import tune_gc_for_throughput\n"
+        "keep = [object() for _ in range(1000)]\n"
+        "tune_gc_for_throughput()\n"
+        "print(gc.get_threshold(), gc.get_freeze_count() >= 1000)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "(20000, 20, 100) True"
