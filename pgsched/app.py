@@ -23,11 +23,20 @@ from pydantic import ValidationError
 from pgsched.dsn import resolve_dsn
 from pgsched.errors import InvalidTaskError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
-from pgsched.queries import query
+from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import TaskSpec
 
 SCHEDULE_CHUNK = 20_000
+
+
+def _value(conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any], column: str) -> Any:
+    """Run the named statement and return `column` of its one row."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query(name), params).fetchone()
+    if row is None:
+        raise RuntimeError(f"statement {name!r} returned no row")
+    return row[column]
 
 
 def _spec(value: TaskSpec | Mapping[str, Any]) -> TaskSpec:
@@ -157,11 +166,9 @@ class App:
         }
         with self._connection(conn) as c:
             try:
-                row = c.execute(query("task_schedule_one"), params).fetchone()
+                return int(_value(c, "task_schedule_one", params, "task_id"))
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-        assert row is not None
-        return int(row[0])
 
     def schedule_many(
         self,
@@ -202,8 +209,10 @@ class App:
             "lanes": column([s.lane for s in specs]),
             "metadatas": [Jsonb(s.metadata) for s in specs],
         }
-        rows = conn.execute(query("task_schedule_many"), params, binary=True).fetchall()
-        return [int(task_id) for _, task_id, _ in rows]
+        cur = conn.execute(query("task_schedule_many"), params, binary=True)
+        # By name, but without an object per row: a chunk is 20,000 rows on the bulk path.
+        task_id = column_index(cur, "task_id")
+        return [row[task_id] for row in cur.fetchall()]
 
     def schedule_recurring(
         self,
@@ -264,11 +273,9 @@ class App:
         }
         with self._connection(conn) as c:
             try:
-                row = c.execute(query("schedule_recurring"), params).fetchone()
+                return int(_value(c, "schedule_recurring", params, "schedule_id"))
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-        assert row is not None
-        return int(row[0])
 
     def history(self, **filters: Any) -> list[dict[str, Any]]:
         """Runs, newest first. Filters: task_type, tenant_id, task_id, since, until,
@@ -319,9 +326,9 @@ class App:
     ) -> list[int]:
         """Bring DEAD tasks back (their attempts start over); returns their ids."""
         params = {"task_id": task_id, "task_type": task_type, "all_tasks": all_tasks}
-        with psycopg.connect(self.dsn) as c:
+        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
             try:
-                return [int(r[0]) for r in c.execute(query("dead_retry"), params).fetchall()]
+                return [int(r["task_id"]) for r in cur.execute(query("dead_retry"), params)]
             except psycopg.Error as exc:
                 raise translate(exc) from exc
 

@@ -115,22 +115,30 @@ class TaskContext:
 
     def _once(self, key: str) -> Any:
         import psycopg
+        from psycopg.rows import dict_row
 
         from pgsched.queries import query
 
-        with psycopg.connect(self._dsn(), autocommit=True) as conn:
-            row = conn.execute(query("work_once"), self._once_params(key)).fetchone()
-        return row and row[0]
+        with (
+            psycopg.connect(self._dsn(), autocommit=True) as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            row = cur.execute(query("work_once"), self._once_params(key)).fetchone()
+        return row is not None and row["first_time"]
 
     async def _aonce(self, key: str) -> Any:
         import psycopg
+        from psycopg.rows import dict_row
 
         from pgsched.queries import query
 
-        async with await psycopg.AsyncConnection.connect(self._dsn(), autocommit=True) as conn:
-            cur = await conn.execute(query("work_once"), self._once_params(key))
+        async with (
+            await psycopg.AsyncConnection.connect(self._dsn(), autocommit=True) as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await cur.execute(query("work_once"), self._once_params(key))
             row = await cur.fetchone()
-        return row and row[0]
+        return row is not None and row["first_time"]
 
     def _once_params(self, key: str) -> dict[str, Any]:
         if not key:
