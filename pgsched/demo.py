@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 
 from pgsched.app import App
 from pgsched.handlers import TaskContext, TaskHandler
@@ -119,19 +120,25 @@ def run_demo(dsn: str, echo: Any = print) -> dict[str, Any]:
     return {"per_lane": per_lane, "lateness": lateness}
 
 
+@dataclass
+class Unfinished:
+    unfinished: int
+
+
 async def _work_until_due_done(dsn: str, first_id: int, horizon: datetime) -> None:
     config = WorkerConfig(lanes=WORK_LANES, concurrency=32, batch_rate=400.0, poll_interval=0.5)
     worker = Worker(dsn, app.registry, config)
     running = asyncio.create_task(worker.run(install_signal_handlers=False))
     deadline = time.monotonic() + 60
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    async with (
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+        conn.cursor(row_factory=class_row(Unfinished)) as cur,
+    ):
         while time.monotonic() < deadline and not running.done():
             await asyncio.sleep(0.25)
-            cur = await conn.execute(
-                query("demo_unfinished"), {"first_id": first_id, "horizon": horizon}
-            )
+            await cur.execute(query("demo_unfinished"), {"first_id": first_id, "horizon": horizon})
             row = await cur.fetchone()
-            if row is not None and row[0] == 0 and datetime.now(UTC) > horizon:
+            if row is not None and row.unfinished == 0 and datetime.now(UTC) > horizon:
                 break
     worker.request_stop()
     await running

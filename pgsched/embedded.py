@@ -1,12 +1,15 @@
-"""The embedded default: a local Postgres under the project folder, for trying pgsched out.
+"""The embedded Postgres: a local server for trying pgsched out, in one place per user.
 
-`pgsched up` initialises a cluster in `.pgsched/` (or `$PGSCHED_HOME`), starts it on a free
-port on 127.0.0.1 from the installed server binaries, and migrates it. `pgsched down` stops
-it. Commands given no `--dsn` and no `PGSCHED_DSN` use it, starting it when needed.
+Its folder is `$PGSCHED_HOME`, else `$XDG_DATA_HOME/pgsched`, else
+`~/.local/share/pgsched`: never the current directory, so every command finds the same one.
+Only `pgsched up` and `pgsched demo` (the main job) start it: `up` initialises the cluster
+there, starts it on a free port on 127.0.0.1 from the installed server binaries, and
+migrates it; `pgsched down` stops it. Other commands given no database use it only while it
+runs (pgsched.dsn), and never start it.
 
 Postgres refuses to run as root, so when we are root the server runs as the `postgres`
-user (or `$PGSCHED_PG_USER`). If that user cannot reach the project folder (say it sits
-under /root), the data directory lives in /var/tmp and `.pgsched/data` points at it.
+user (or `$PGSCHED_PG_USER`). If that user cannot reach the folder (under /root it cannot),
+the data directory lives in /var/tmp (one per folder path) and `<folder>/data` points at it.
 """
 
 from __future__ import annotations
@@ -82,6 +85,15 @@ def _reachable_by(user: pwd.struct_passwd, path: Path) -> bool:
     return probe.returncode == 0
 
 
+def default_home() -> Path:
+    """$PGSCHED_HOME, else $XDG_DATA_HOME/pgsched, else ~/.local/share/pgsched."""
+    explicit = os.environ.get("PGSCHED_HOME")
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser().absolute() / "pgsched"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -96,7 +108,7 @@ class EmbeddedCluster:
 
     @classmethod
     def default(cls) -> EmbeddedCluster:
-        return cls(Path(os.environ.get("PGSCHED_HOME", Path.cwd() / ".pgsched")).absolute())
+        return cls(default_home())
 
     @property
     def datadir(self) -> Path:
@@ -238,7 +250,8 @@ class EmbeddedCluster:
 
 
 def ensure_embedded() -> str:
-    """Start (and migrate) the embedded default if needed; return its DSN."""
+    """Start (and migrate) the embedded Postgres if needed; return its DSN. Only for
+    `pgsched up` and the demo: everything else uses pgsched.dsn.resolve_dsn."""
     from pgsched.migrations import migrate
 
     cluster = EmbeddedCluster.default()

@@ -1,0 +1,35 @@
+"""The `pgsched` command line, one module per command group:
+
+root        the group, its global options (--dsn, --debug, --version), the error boundary
+tasks       schedule (a task, or with --cron a recurring schedule), cancel, status, history
+dead        the DEAD lane: list, retry, discard
+tenants     the tenant registry: add, disable, list
+processes   worker, sweeper (and its old name, scheduler)
+database    migrate; up / down (the embedded Postgres); demo (the main job)
+bench       the benchmark suite, when its extra is installed
+times       the one time parser (--at, --since, --until)
+options     shared option types and table output
+"""
+
+from pgsched.cli import bench, database, dead, processes, tasks, tenants
+from pgsched.cli.root import main
+
+for command in (
+    tasks.schedule,
+    tasks.cancel,
+    tasks.status,
+    tasks.history,
+    dead.dead,
+    tenants.tenants,
+    processes.worker,
+    processes.sweeper,
+    processes.scheduler,
+    database.migrate_cmd,
+    database.up,
+    database.down,
+    database.demo,
+    bench.bench,
+):
+    main.add_command(command)
+
+__all__ = ["main"]

@@ -1,0 +1,69 @@
+"""The database: `migrate` any database; `up` / `down` the embedded one; `demo`, the main job.
+
+Only `up` and `demo` start the embedded Postgres (pgsched.embedded); every other command
+uses it only while it runs (pgsched.dsn).
+"""
+
+from __future__ import annotations
+
+import click
+
+from pgsched.cli.options import render_table
+from pgsched.cli.root import CliState, with_connect_timeout
+from pgsched.embedded import EmbeddedCluster, ensure_embedded
+from pgsched.migrations import migrate
+
+
+@click.command("migrate")
+@click.pass_obj
+def migrate_cmd(state: CliState) -> None:
+    """Apply pgsched's SQL migrations (safe to run twice, or from two processes)."""
+    result = migrate(state.database())
+    if result.applied:
+        applied = ", ".join(f"{v:04d}" for v in result.applied)
+        click.echo(f"applied {applied}; schema version {result.current_version}")
+    else:
+        click.echo(f"up to date at schema version {result.current_version}")
+
+
+@click.command()
+def up() -> None:
+    """Start the embedded local Postgres ($PGSCHED_HOME, default ~/.local/share/pgsched),
+    migrate it, print its DSN."""
+    click.echo(ensure_embedded())
+
+
+@click.command()
+def down() -> None:
+    """Stop the embedded local Postgres (nothing starts it again but `up` or `demo`)."""
+    stopped = EmbeddedCluster.default().stop()
+    click.echo("stopped" if stopped else "not running")
+
+
+@click.command()
+@click.pass_obj
+def demo(state: CliState) -> None:
+    """The main job: schedule a mix of work, run it, show what happened (on --dsn /
+    PGSCHED_DSN, else on the embedded Postgres, started if needed)."""
+    import logging
+
+    from pgsched.demo import run_demo
+
+    logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
+    dsn = with_connect_timeout(state.dsn or ensure_embedded())
+    click.echo(f"database: {dsn}")
+    figures = run_demo(dsn, echo=click.echo)
+    click.echo("\nper lane (this run's tasks):")
+    columns = ["lane", "completed", "dead", "hot_waiting", "cold_waiting"]
+    click.echo(render_table(figures["per_lane"], columns))
+    click.echo("\nlateness, start - scheduled time (ms):")
+    click.echo(
+        render_table(
+            figures["lateness"], ["lane", "due", "runs", "p50_ms", "p95_ms", "p99_ms", "max_ms"]
+        )
+    )
+    click.echo("\npgsched status:")
+    from pgsched.app import App
+
+    columns = ["lane", "cold", "queued", "due_now", "processing", "dead", "oldest_lateness_s"]
+    click.echo(render_table(App(dsn).lane_summary(), columns))

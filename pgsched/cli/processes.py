@@ -1,0 +1,261 @@
+"""The long-running processes: `pgsched worker` (runs tasks) and `pgsched sweeper` (runs the
+sweeps while elected leader; `pgsched scheduler` is its old name, kept for one release)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from pgsched.app import App
+from pgsched.cli.options import LOG_LEVEL, start_logging
+from pgsched.cli.root import CliState, with_connect_timeout
+from pgsched.dsn import resolve_dsn
+from pgsched.lanes import Lane
+
+
+def load_app(spec: str) -> App:
+    """`module:attribute` -> the App it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"{spec!r} is not module:attribute", param_hint="--app")
+    sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="--app"
+        ) from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise click.BadParameter(f"{spec!r} is not a pgsched.App", param_hint="--app")
+    return app
+
+
+def parse_lanes(text: str) -> tuple[Lane, ...]:
+    try:
+        lanes = tuple(dict.fromkeys(Lane.parse(name) for name in text.split(",") if name.strip()))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lanes") from None
+    if Lane.DEAD in lanes:
+        raise click.BadParameter(
+            "DEAD holds terminal failures; no worker runs it", param_hint="--lanes"
+        )
+    if not lanes:
+        raise click.BadParameter("name at least one lane", param_hint="--lanes")
+    return lanes
+
+
+@click.command()
+@click.option("--app", "app_spec", required=True, help="Your handlers: module:app (an App).")
+@click.option(
+    "--lanes", default="high,normal,low", show_default=True, help="Lanes to run, comma-separated."
+)
+@click.option(
+    "--concurrency", type=int, default=16, show_default=True, help="Tasks at once, per lane."
+)
+@click.option("--batch-size", type=int, default=100, show_default=True, help="Max rows per claim.")
+@click.option(
+    "--flush-size",
+    type=int,
+    default=500,
+    show_default=True,
+    help="Max outcomes per completion statement; claims pause while this many wait.",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds a claim is held without a heartbeat before it is rescued.",
+)
+@click.option(
+    "--poll-interval", type=float, default=2.0, show_default=True, help="Backup poll (s)."
+)
+@click.option(
+    "--grace",
+    "grace_seconds",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds running tasks get to finish after SIGTERM.",
+)
+@click.option(
+    "--batch-concurrency", type=int, default=4, show_default=True, help="BATCH tasks at once."
+)
+@click.option(
+    "--batch-rate", type=float, default=200.0, show_default=True, help="BATCH starts/s (0: no cap)."
+)
+@click.option("--worker-id", default=None, help="Name in the record (default: host:pid).")
+@click.option("--sweeps", is_flag=True, help="Also run the sweeps (one leader is elected).")
+@click.option(
+    "--max-stuck-threads",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Timed-out plain handlers still holding a thread; past this, drain and exit 3.",
+)
+@click.option(
+    "--stall-threshold",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Log the task that blocks the event loop longer than this (s).",
+)
+@click.option(
+    "--wakeup-debounce",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="At most one NOTIFY-triggered claim per lane per this interval (s).",
+)
+@click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
+@click.pass_obj
+def worker(
+    state: CliState,
+    app_spec: str,
+    lanes: str,
+    concurrency: int,
+    batch_size: int,
+    flush_size: int,
+    lease_seconds: float,
+    poll_interval: float,
+    grace_seconds: float,
+    batch_concurrency: int,
+    batch_rate: float,
+    worker_id: str | None,
+    sweeps: bool,
+    max_stuck_threads: int,
+    stall_threshold: float,
+    wakeup_debounce: float,
+    log_level: str,
+) -> None:
+    """Run tasks of the given lanes until SIGTERM / SIGINT."""
+    import asyncio
+    import logging
+
+    from pgsched.worker import Worker, WorkerConfig
+
+    start_logging(log_level)
+    app = load_app(app_spec)
+    # A refused value raises ConfigError (naming the option): exit 2 at the boundary.
+    config = WorkerConfig(
+        lanes=parse_lanes(lanes),
+        concurrency=concurrency,
+        batch_size=batch_size,
+        flush_size=flush_size,
+        lease_seconds=lease_seconds,
+        poll_interval=poll_interval,
+        grace_seconds=grace_seconds,
+        batch_concurrency=batch_concurrency,
+        # 0 lifts the limit; a negative rate is refused by the configuration.
+        batch_rate=batch_rate if batch_rate != 0 else None,
+        worker_id=worker_id,
+        run_sweeps=sweeps,
+        max_stuck_threads=max_stuck_threads,
+        stall_threshold=stall_threshold,
+        wakeup_debounce=wakeup_debounce,
+    )
+    # The App's own DSN counts as naming a database; neither starts the embedded one.
+    dsn = with_connect_timeout(resolve_dsn(state.dsn or app._dsn))
+    runner = Worker(dsn, app.registry, config)
+    asyncio.run(runner.run())
+    if runner.abandoned_threads or runner.exit_status:
+        # A plain handler still running past the grace period would hold the interpreter
+        # open (its thread cannot be interrupted); its task was released, so leave now.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(runner.exit_status)
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Run every sweep once (if elected) and exit.")
+@click.option(
+    "--promotion-interval", type=float, default=3600.0, show_default=True, help="Seconds."
+)
+@click.option("--recurring-interval", type=float, default=60.0, show_default=True, help="Seconds.")
+@click.option("--rescue-interval", type=float, default=60.0, show_default=True, help="Seconds.")
+@click.option(
+    "--retention-interval", type=float, default=3600.0, show_default=True, help="Seconds."
+)
+@click.option(
+    "--retention-days",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Finished work older than this is deleted.",
+)
+@click.option(
+    "--leader-retry",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds between tries to become leader.",
+)
+@click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
+@click.pass_obj
+def sweeper(
+    state: CliState,
+    once: bool,
+    promotion_interval: float,
+    recurring_interval: float,
+    rescue_interval: float,
+    retention_interval: float,
+    retention_days: float,
+    leader_retry: float,
+    log_level: str,
+) -> None:
+    """Run the sweeps (promotion, recurring, rescue, retention) while elected leader."""
+    import signal
+    from datetime import timedelta
+
+    from pgsched.sweeps import (
+        PromotionSweep,
+        RecurringSweep,
+        RescueSweep,
+        RetentionSweep,
+        Sweep,
+        Sweeper,
+        run_all_once,
+    )
+
+    start_logging(log_level)
+    dsn = state.database()
+    sweeps: list[Sweep] = [
+        PromotionSweep(interval=promotion_interval),
+        RecurringSweep(interval=recurring_interval),
+        RescueSweep(interval=rescue_interval),
+        RetentionSweep(interval=retention_interval, keep=timedelta(days=retention_days)),
+    ]
+    if once:
+        for name, counts in run_all_once(dsn, sweeps).items():
+            click.echo(f"{name}: {json.dumps(counts)}")
+        return
+    runner = Sweeper(dsn, sweeps, leader_retry=leader_retry)
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+    signal.signal(signal.SIGINT, lambda *_: runner.stop())
+    runner.run()
+
+
+@click.pass_context
+def _scheduler_alias(ctx: click.Context, /, **params: Any) -> None:
+    click.echo(
+        "pgsched: `pgsched scheduler` is deprecated (removed in the next release):"
+        " use `pgsched sweeper`",
+        err=True,
+    )
+    ctx.invoke(sweeper, **params)
+
+
+scheduler = click.Command(
+    "scheduler",
+    callback=_scheduler_alias,
+    params=sweeper.params,
+    hidden=True,
+    help="Old name of `pgsched sweeper` (deprecated).",
+)
