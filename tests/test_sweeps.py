@@ -1,5 +1,5 @@
 """The sweeps against a real database: one occurrence per fire time with racing and crashing
-schedulers, leader election between `pgsched scheduler` processes, promotion, rescue,
+schedulers, leader election between `pgsched sweeper` processes, promotion, rescue,
 retention, and a recurring schedule run end to end by a real worker with --sweeps.
 
 Simulated time is passed as `now=`/`as_of`; the sweeps that read the database clock
@@ -397,7 +397,7 @@ def test_one_occurrence_per_fire_time_with_racing_and_killed_sweepers(
     assert armed is not None and armed[0] == n_schedules
 
 
-# -- 4b. leader election between `pgsched scheduler` processes ------------------------------
+# -- 4b. leader election between `pgsched sweeper` processes ------------------------------
 
 
 def leader_locks(conn: psycopg.Connection) -> list[int]:
@@ -421,8 +421,8 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_dies(
     conn: psycopg.Connection, db_env: dict[str, str], processes: Processes
 ) -> None:
     elected = "elected sweep leader"
-    for name in ("scheduler-a", "scheduler-b"):
-        processes.start(name, "scheduler", "--leader-retry", "1", "--log-level", "INFO")
+    for name in ("sweeper-a", "sweeper-b"):
+        processes.start(name, "sweeper", "--leader-retry", "1", "--log-level", "INFO")
     first = wait_until(lambda: processes.logged(elected), 30, what="a sweep leader")
     time.sleep(3)  # three of the follower's retries (--leader-retry 1)
     assert processes.logged(elected) == first and len(first) == 1, processes.logs()
@@ -440,7 +440,7 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_dies(
     wait_until(lambda: armed_task(conn, made[0]), 10, what="the leader to arm the schedule")
 
     # Only the elected process may run the sweeps once, from the command line too.
-    once = run_cli(db_env, "scheduler", "--once")
+    once = run_cli(db_env, "sweeper", "--once")
     assert once.returncode == 0 and once.stdout == "", once.stdout + once.stderr
 
     processes.proc(leader).kill()
@@ -467,8 +467,11 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_dies(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0, processes.logs()
     wait_until(lambda: leader_locks(conn) == [], 5, what="the lock to be released")
+    # `scheduler`, the old name, still works for one release, and says so.
     once = run_cli(db_env, "scheduler", "--once")
     assert once.returncode == 0, once.stderr
+    assert "`pgsched scheduler` is deprecated" in once.stderr
+    assert "use `pgsched sweeper`" in once.stderr
     names = [line.split(":")[0] for line in once.stdout.splitlines()]
     assert names == ["promotion", "recurring", "rescue", "retention"], once.stdout
 
