@@ -50,8 +50,9 @@ def demo(state: CliState) -> None:
     from pgsched.demo import run_demo
 
     logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
-    dsn = with_connect_timeout(state.dsn or ensure_embedded())
-    click.echo(f"database: {dsn}")
+    given = state.dsn or ensure_embedded()
+    click.echo(f"database: {given}")
+    dsn = with_connect_timeout(given)
     figures = run_demo(dsn, echo=click.echo)
     click.echo("\nper lane (this run's tasks):")
     columns = ["lane", "completed", "dead", "hot_waiting", "cold_waiting"]
