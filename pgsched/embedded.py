@@ -135,7 +135,9 @@ class EmbeddedCluster:
         if not self.is_initialised():
             return False
         status = subprocess.run(
-            _as_server_user([str(find_bindir() / "pg_ctl"), "status", "-D", str(self.datadir)]),
+            _as_server_user(
+                [str(find_bindir() / "pg_ctl"), "status", "-D", str(self.datadir.resolve())]
+            ),
             capture_output=True,
             check=False,
         )

@@ -147,3 +147,32 @@ def test_only_up_and_demo_start_it_others_use_it_while_it_runs_and_down_keeps_it
     assert run(env, "status").returncode == 0
     assert run(env, "down").stdout.strip() == "stopped"
     assert not cluster.is_running()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_as_root_a_folder_the_server_user_cannot_reach_works_through_var_tmp() -> None:
+    """~/.local/share/pgsched under /root: the `postgres` user cannot reach it, so the data
+    lives in /var/tmp and the folder points at it; `down` must still find the server."""
+    private = Path(tempfile.mkdtemp(prefix="pgsched-private-"))  # mode 0700, like /root
+    home = private / "pgsched"
+    env = env_without_database(PGSCHED_HOME=str(home))
+    cluster = EmbeddedCluster(home)
+    try:
+        up = run(env, "up")
+        assert up.returncode == 0, up.stderr
+        assert cluster.datadir.is_symlink()
+        assert str(cluster.datadir.resolve()).startswith("/var/tmp/pgsched-")
+        assert cluster.is_running()
+        status = run(env, "status")
+        assert status.returncode == 0, status.stderr
+        assert "using the embedded Postgres" in status.stderr
+        assert run(env, "down").stdout.strip() == "stopped"
+        assert not cluster.is_running()
+        assert_refused_for_lack_of_a_database(run(env, "status"))
+    finally:
+        outside = cluster.datadir.resolve().parent if cluster.datadir.is_symlink() else None
+        if cluster.is_running():
+            cluster.stop()
+        shutil.rmtree(private, ignore_errors=True)
+        if outside is not None:
+            shutil.rmtree(outside, ignore_errors=True)
