@@ -1,0 +1,125 @@
+"""Claimed rows into `TaskRow`s: bound by column name, decoded one row at a time.
+
+The claim query's columns are matched to `TaskRow`'s fields by name once per statement
+(not per row), so reordering or adding a column in `task_claim_many` cannot shift a value
+into the wrong field; a missing one is an error naming it.
+
+A claimed row is already PROCESSING under this worker's lease when Python decodes it. A
+value Postgres accepts but Python cannot represent (a time before year 1 or after 9999)
+would make the driver fail the whole fetch, stranding the batch until its leases expire.
+Time columns are therefore decoded through a guard that turns such a value into an
+`Undecodable` marker, and the row into an `UndecodableRow`: that task fails alone with its
+reason, its batch-mates run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Buffer, Loader
+from psycopg.pq import Format
+
+from pgsched.handlers import TaskRow
+from pgsched.queries import query
+
+TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskRow))
+_GUARDED_TYPES = ("timestamptz", "timestamp", "date")
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A value the driver could not turn into a Python object."""
+
+    text: str
+    error: str
+
+
+@dataclass(frozen=True)
+class UndecodableRow:
+    """A claimed row that cannot become a TaskRow; what its failure records."""
+
+    id: int
+    lease_token: Any
+    reason: str
+
+
+def _guarded(inner_cls: type[Any]) -> type[Loader]:
+    class GuardedLoader(Loader):
+        format = inner_cls.format
+
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._inner = inner_cls(oid, context)
+
+        def load(self, data: Buffer) -> Any:
+            try:
+                return self._inner.load(data)
+            except (psycopg.DataError, ValueError, OverflowError) as exc:
+                if self.format == Format.TEXT:
+                    text = bytes(data).decode(errors="replace")
+                else:
+                    text = bytes(data).hex()
+                return Undecodable(text, str(exc))
+
+    return GuardedLoader
+
+
+def guard_times(cursor: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> None:
+    """Decode the time columns of what `cursor` fetches through the guard."""
+    adapters = cursor.adapters
+    for name in _GUARDED_TYPES:
+        info = adapters.types[name]
+        for fmt in (Format.TEXT, Format.BINARY):
+            inner = adapters.get_loader(info.oid, fmt)
+            if inner is not None:
+                adapters.register_loader(info.oid, _guarded(inner))
+
+
+def task_rows(
+    cursor: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any],
+) -> Callable[[Sequence[Any]], TaskRow | UndecodableRow]:
+    """A psycopg row factory: each claimed row as a TaskRow, or an UndecodableRow."""
+    description = cursor.description or []
+    names = [column.name for column in description]
+    missing = [name for name in TASK_FIELDS if name not in names]
+    if missing:
+        raise LookupError(f"the claim returned no column {', '.join(missing)}")
+    order = [names.index(name) for name in TASK_FIELDS]
+    exact = order == list(range(len(names)))
+    guarded_oids = {cursor.adapters.types[name].oid for name in _GUARDED_TYPES}
+    guarded = [n for n, column in enumerate(description) if column.type_code in guarded_oids]
+    id_at, token_at = names.index("id"), names.index("lease_token")
+
+    def make(values: Sequence[Any]) -> TaskRow | UndecodableRow:
+        for n in guarded:
+            value = values[n]
+            if type(value) is Undecodable:
+                reason = f"undecodable row: {names[n]} = {value.text!r} ({value.error})"
+                return UndecodableRow(values[id_at], values[token_at], reason)
+        if exact:
+            return TaskRow(*values)
+        return TaskRow(*[values[n] for n in order])
+
+    return make
+
+
+async def claim_many(
+    conn: psycopg.AsyncConnection[Any], lane: str, max_tasks: int, worker: str, lease: Any
+) -> tuple[list[TaskRow], list[UndecodableRow]]:
+    """Claim up to `max_tasks` due tasks of `lane`: the rows to run, and the ones that
+    cannot be decoded (claimed too: the caller records their failure)."""
+    cur = conn.cursor(row_factory=task_rows)
+    guard_times(cur)
+    await cur.execute(
+        query("task_claim_many"),
+        {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
+    )
+    rows = await cur.fetchall()
+    tasks = [row for row in rows if type(row) is TaskRow]
+    if len(tasks) == len(rows):
+        return tasks, []
+    return tasks, [row for row in rows if type(row) is UndecodableRow]
