@@ -15,6 +15,7 @@ reason, its batch-mates run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ class UndecodableRow:
     reason: str
 
 
+@functools.cache
 def _guarded(inner_cls: type[Any]) -> type[Loader]:
     class GuardedLoader(Loader):
         format = inner_cls.format
