@@ -7,9 +7,10 @@ into the wrong field; a missing one is an error naming it.
 A claimed row is already PROCESSING under this worker's lease when Python decodes it. A
 value Postgres accepts but Python cannot represent (a time before year 1 or after 9999)
 would make the driver fail the whole fetch, stranding the batch until its leases expire.
-Time columns are therefore decoded through a guard that turns such a value into an
-`Undecodable` marker, and the row into an `UndecodableRow`: that task fails alone with its
-reason, its batch-mates run.
+When that happens, the result (already received) is decoded again with the time columns
+through a guard that turns such a value into an `Undecodable` marker, and the row into an
+`UndecodableRow`: that task fails alone with its reason, its batch-mates run. The usual
+claim pays nothing for the guard.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.adapt import Buffer, Loader
+from psycopg.adapt import Buffer, Loader, Transformer
 from psycopg.pq import Format
 
 from pgsched.handlers import TaskRow
@@ -81,32 +82,46 @@ def guard_times(cursor: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> None:
                 adapters.register_loader(info.oid, _guarded(inner))
 
 
-def task_rows(
-    cursor: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any],
-) -> Callable[[Sequence[Any]], TaskRow | UndecodableRow]:
-    """A psycopg row factory: each claimed row as a TaskRow, or an UndecodableRow."""
-    description = cursor.description or []
-    names = [column.name for column in description]
+def _layout(cursor: Any) -> tuple[list[str], list[int]]:
+    """The claim's column names, and where each TaskRow field is among them."""
+    names = [column.name for column in cursor.description or []]
     missing = [name for name in TASK_FIELDS if name not in names]
     if missing:
         raise LookupError(f"the claim returned no column {', '.join(missing)}")
-    order = [names.index(name) for name in TASK_FIELDS]
-    exact = order == list(range(len(names)))
-    guarded_oids = {cursor.adapters.types[name].oid for name in _GUARDED_TYPES}
-    guarded = [n for n, column in enumerate(description) if column.type_code in guarded_oids]
+    return names, [names.index(name) for name in TASK_FIELDS]
+
+
+def task_rows(cursor: Any) -> Callable[[Sequence[Any]], TaskRow]:
+    """A psycopg row factory: each claimed row as a TaskRow, its columns bound by name."""
+    names, order = _layout(cursor)
+    if order == list(range(len(names))):
+        # The usual case: the columns are the fields, in order. Checked once per claim.
+        def in_order(values: Sequence[Any]) -> TaskRow:
+            return TaskRow(*values)
+
+        return in_order
+
+    def reordered(values: Sequence[Any]) -> TaskRow:
+        return TaskRow(*[values[n] for n in order])
+
+    return reordered
+
+
+def guarded_task_rows(cursor: Any) -> Callable[[Sequence[Any]], TaskRow | UndecodableRow]:
+    """Like `task_rows`, for a result decoded through `guard_times`: a row holding an
+    `Undecodable` value becomes an UndecodableRow."""
+    names, _ = _layout(cursor)
+    make = task_rows(cursor)
     id_at, token_at = names.index("id"), names.index("lease_token")
 
-    def make(values: Sequence[Any]) -> TaskRow | UndecodableRow:
-        for n in guarded:
-            value = values[n]
+    def guarded(values: Sequence[Any]) -> TaskRow | UndecodableRow:
+        for n, value in enumerate(values):
             if type(value) is Undecodable:
                 reason = f"undecodable row: {names[n]} = {value.text!r} ({value.error})"
                 return UndecodableRow(values[id_at], values[token_at], reason)
-        if exact:
-            return TaskRow(*values)
-        return TaskRow(*[values[n] for n in order])
+        return make(values)
 
-    return make
+    return guarded
 
 
 async def claim_many(
@@ -114,14 +129,33 @@ async def claim_many(
 ) -> tuple[list[TaskRow], list[UndecodableRow]]:
     """Claim up to `max_tasks` due tasks of `lane`: the rows to run, and the ones that
     cannot be decoded (claimed too: the caller records their failure)."""
-    cur = conn.cursor(row_factory=task_rows)
-    guard_times(cur)
-    await cur.execute(
+    cur = await conn.execute(
         query("task_claim_many"),
         {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
     )
-    rows = await cur.fetchall()
+    try:
+        rows = await cur.fetchall()
+    except psycopg.DataError:
+        return _decode_guarded(conn, cur)
+    # Bound by name, checked once per claim: the usual result's columns are TaskRow's
+    # fields in order, and its rows go to TaskRow as they are (the cost of positional).
+    names, order = _layout(cur)
+    if order == list(range(len(names))):
+        return [TaskRow(*row) for row in rows], []
+    return [TaskRow(*[row[n] for n in order]) for row in rows], []
+
+
+def _decode_guarded(
+    conn: psycopg.AsyncConnection[Any], cur: psycopg.AsyncCursor[Any]
+) -> tuple[list[TaskRow], list[UndecodableRow]]:
+    # Rare: decode the result (already received, already committed) again, time columns
+    # through the guard. The usual path above pays nothing for this.
+    result = cur.pgresult
+    assert result is not None
+    context = conn.cursor()
+    guard_times(context)
+    transformer = Transformer(context)
+    transformer.set_pgresult(result)
+    rows = transformer.load_rows(0, result.ntuples, guarded_task_rows(cur))
     tasks = [row for row in rows if type(row) is TaskRow]
-    if len(tasks) == len(rows):
-        return tasks, []
     return tasks, [row for row in rows if type(row) is UndecodableRow]
