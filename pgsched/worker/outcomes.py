@@ -133,6 +133,11 @@ class OutcomeBuffer:
             self._full.clear()
             try:
                 rows = await self._write(batch)
+            except asyncio.CancelledError:
+                # Stopping mid-flush: the batch goes back for the final flush (refused as
+                # stale if this write did land), never lost with the cancelled task.
+                self._items[:0] = batch
+                raise
             except Exception as exc:
                 if not is_connection_trouble(exc):
                     # Refused for what it carries: write the rows one at a time.
@@ -170,6 +175,9 @@ class OutcomeBuffer:
             try:
                 self._written([outcome], await self._write([outcome]))
                 continue
+            except asyncio.CancelledError:
+                self._items[:0] = batch[n:]
+                raise
             except Exception as exc:
                 if is_connection_trouble(exc):
                     return batch[n:]
@@ -184,6 +192,9 @@ class OutcomeBuffer:
             )
             try:
                 self._written([safe], await self._write([safe]))
+            except asyncio.CancelledError:
+                self._items[:0] = [safe, *batch[n + 1 :]]
+                raise
             except Exception as exc:
                 if is_connection_trouble(exc):
                     return [safe, *batch[n + 1 :]]
