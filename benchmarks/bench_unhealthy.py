@@ -27,9 +27,9 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import suite
-from benchmarks.bench_throughput import percentiles
-from benchmarks.suite import Plan, XactSampler, note, one, step
+from benchmarks import measure
+from benchmarks.measure import XactSampler, note, one, percentiles, step
+from benchmarks.suite import Plan
 
 WINDOW_S = 5.0
 LATENESS_WINDOW_S = 10.0
@@ -178,9 +178,9 @@ def windows(samples: list[tuple[float, float]], width: float) -> list[dict[str, 
 
 
 def run(dsn: str, plan: Plan) -> dict[str, Any]:
-    suite.clear_worked_tasks(dsn)
+    measure.clear_worked_tasks(dsn)
     name = "bench-unhealthy"
-    worker = suite.pgsched_workers(dsn, name, 1, 500, 500).start()
+    worker = measure.pgsched_workers(dsn, name, 1, 500, 500).start()
     worker.wait_listening(dsn)
     t0 = time.monotonic()
     producer = Producer(dsn, plan.unhealthy_rate)
@@ -211,7 +211,7 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         probe.stop()
         monitor.stop()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            suite.wait_until(
+            measure.wait_until(
                 lambda: (lambda c: (c == 0, c))(
                     one(conn, "SELECT count(*) FROM pgsched.tasks_hot")
                 ),
@@ -255,7 +255,7 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         if av_at_end is not None and r["autovacuum_count"] > av_at_end:
             first_av_after = round(r["t"] - hold_end, 1)
             break
-    result = {
+    result: dict[str, Any] = {
         "rate_per_s": plan.unhealthy_rate,
         "before_s": plan.unhealthy_before_s,
         "hold_s": plan.unhealthy_hold_s,
@@ -313,7 +313,7 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
 
 
 def _sleep(
-    seconds: float, worker: suite.Procs, every: float = 0.0, monitor: Monitor | None = None
+    seconds: float, worker: measure.Procs, every: float = 0.0, monitor: Monitor | None = None
 ) -> None:
     end = time.monotonic() + seconds
     last = time.monotonic()

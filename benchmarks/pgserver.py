@@ -215,7 +215,3 @@ class PgServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def settings_dict(settings: tuple[Setting, ...] = DEFAULT_SETTINGS) -> dict[str, dict[str, str]]:
-    return {s.name: {"value": s.value, "why": s.why} for s in settings}
