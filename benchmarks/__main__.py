@@ -37,6 +37,7 @@ from typing import Any
 
 from benchmarks import bench_backlog, bench_unhealthy, measure, peers, report, suite
 from benchmarks.measure import step
+from benchmarks.pgserver import DEFAULT_SETTINGS
 from benchmarks.suite import Plan, stage
 
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     step("starting a throwaway Postgres (durable: fsync and synchronous_commit on)")
     server = measure.start_server()
     results["server_settings_why"] = {
-        s.name: {"value": s.value, "why": s.why} for s in measure.SUITE_SETTINGS
+        s.name: {"value": s.value, "why": s.why} for s in DEFAULT_SETTINGS
     }
     try:
         backlog_dsn = measure.pgsched_database(server, "pgsched_backlog")

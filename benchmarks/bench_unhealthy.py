@@ -34,32 +34,6 @@ from benchmarks.suite import Plan
 WINDOW_S = 5.0
 LATENESS_WINDOW_S = 10.0
 
-WATCH = [
-    (
-        "transactions open for long (they hold back VACUUM everywhere)",
-        "SELECT pid, usename, application_name, state, now() - xact_start AS open_for,"
-        " left(query, 60) FROM pg_stat_activity WHERE xact_start < now() - interval '1 minute'"
-        " ORDER BY xact_start;",
-    ),
-    (
-        "what holds the xmin horizon back (sessions, replication slots, prepared transactions)",
-        "SELECT pid, age(backend_xmin) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL"
-        " ORDER BY 2 DESC LIMIT 5; SELECT slot_name, age(xmin) FROM pg_replication_slots;"
-        " SELECT gid, prepared FROM pg_prepared_xacts;",
-    ),
-    (
-        "dead tuples in the claim path and whether autovacuum keeps up",
-        "SELECT n_live_tup, n_dead_tup, last_autovacuum, autovacuum_count,"
-        " pg_size_pretty(pg_total_relation_size(relid)) FROM pg_stat_user_tables"
-        " WHERE schemaname = 'pgsched' AND relname = 'tasks_hot';",
-    ),
-    (
-        "a guard rail: end forgotten sessions before they hurt",
-        "ALTER DATABASE ... SET idle_in_transaction_session_timeout = '60s';"
-        " (and a statement_timeout / transaction_timeout for ad-hoc sessions)",
-    ),
-]
-
 
 class Producer(threading.Thread):
     """Schedules `rate` no-op tasks per second, due now, in 10 batches a second."""
@@ -291,7 +265,6 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         "engine_xacts": xacts,
         "worker_exit_codes": codes,
         "worker_warnings": worker.warnings(),
-        "watch": [{"what": w, "sql": q} for w, q in WATCH],
     }
     worker.cleanup()
     p = result["probe"]
@@ -305,10 +278,6 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         f"tasks_hot dead tuples peaked at {dead_peak:,}; first autovacuum after the COMMIT:"
         f" {first_av_after} s; the worker's oldest transaction: {xacts['max_xact_age_s']} s"
     )
-    note("what to watch:")
-    for what, sql in WATCH:
-        note(f"  {what}:")
-        note(f"    {sql}")
     return result
 
 

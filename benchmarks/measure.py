@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.pgserver import DEFAULT_SETTINGS, PgServer, Setting
+from benchmarks.pgserver import PgServer
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -57,22 +57,9 @@ def note(message: str) -> None:
 # --------------------------------------------------------------------------------------
 # the server and its databases
 
-# The helper's durable defaults, with room for the peers' connection pools.
-SUITE_SETTINGS: tuple[Setting, ...] = tuple(
-    Setting(
-        "max_connections",
-        "200",
-        "two worker processes, the peers' pools (procrastinate: concurrency + 2 per worker), "
-        "probes and samplers",
-    )
-    if s.name == "max_connections"
-    else s
-    for s in DEFAULT_SETTINGS
-)
-
 
 def start_server() -> PgServer:
-    server = PgServer(settings=SUITE_SETTINGS)
+    server = PgServer()
     server.start()
     return server
 

@@ -49,14 +49,12 @@ from benchmarks.measure import (
     CpuMeter,
     Procs,
     XactSampler,
-    cdf_points,
     db_now,
     drain_line,
     lateness_figures,
     lateness_line,
     note,
     one,
-    percentiles,
     rate_figures,
     step,
     wait_until,
@@ -69,6 +67,7 @@ OUT_ENV = "BENCH_PEER_OUT"
 SPAN_SECONDS = 365 * 86_400
 SCATTER = 2_654_435_761  # as bench_schedule: distinct, scattered due times over the year
 CHUNK = 10_000
+WORKER = [sys.executable, "-m", "benchmarks.peers", "worker"]
 
 
 def backlog_offsets(n: int) -> list[timedelta]:
@@ -231,18 +230,14 @@ class Procrastinate:
         self, dsn: str, name: str, processes: int, setting: dict[str, Any], out: Path
     ) -> Procs:
         argv = [
-            sys.executable,
-            "-m",
-            "benchmarks.peers",
-            "worker",
+            *WORKER,
             "procrastinate",
             "--dsn",
             dsn,
             "--concurrency",
             str(setting["concurrency"]),
-            "--poll",
-            str(setting.get("poll", 0.1)),
         ]
+        argv += ["--poll", str(setting.get("poll", 0.1))]
         return Procs(name, [argv] * processes, env={OUT_ENV: str(out / "out-{i}.txt")})
 
     def sweep(self, plan: Plan) -> list[dict[str, Any]]:
@@ -429,19 +424,8 @@ class PgQueuer:
     def workers(
         self, dsn: str, name: str, processes: int, setting: dict[str, Any], out: Path
     ) -> Procs:
-        argv = [
-            sys.executable,
-            "-m",
-            "benchmarks.peers",
-            "worker",
-            "pgqueuer",
-            "--dsn",
-            dsn,
-            "--managers",
-            str(setting["managers"]),
-            "--batch-size",
-            str(setting["batch_size"]),
-        ]
+        argv = [*WORKER, "pgqueuer", "--dsn", dsn, "--managers", str(setting["managers"])]
+        argv += ["--batch-size", str(setting["batch_size"])]
         return Procs(name, [argv] * processes, env={OUT_ENV: str(out / "out-{i}.txt")})
 
     def sweep(self, plan: Plan) -> list[dict[str, Any]]:
@@ -768,5 +752,3 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-__all__ = ["PEERS", "PgQueuer", "Procrastinate", "cdf_points", "percentiles", "run_peer"]

@@ -403,7 +403,6 @@ def case_tables(results: dict[str, Any]) -> dict[str, str]:
             ]
         )
         t["c6_table"] = table(["", "before", "while held", "after the commit"], rows)
-        t["c6_watch"] = "\n".join(f"- {w['what']}: `{w['sql']}`" for w in c6.get("watch", []))
     if peers(results):
         t["peers_table"] = peers_summary_table(results)
         t["peer_sections"] = "\n\n".join(peer_section(p) for p in peers(results))
@@ -834,50 +833,13 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
-def summary_table(results: dict[str, Any]) -> str:
-    """The targets and the systems side by side, for stdout."""
-    status = {True: "MET", False: "NOT MET", None: "?"}
-    lines = ["", "=" * 100, "pgsched benchmark suite: targets", "=" * 100]
-    lines += [
-        f"{t['target'][:60]:60s}  {status[t['met']]:8s}  {t['figure'][:90]}"
-        for t in results.get("targets", [])
-    ]
-    lines += [
-        "",
-        f"{'system':15s} {'throughput (best)':24s} {'lateness 1000/s p99 / max':30s} backlog ratio",
-    ]
-    systems = [
-        (
-            "pgsched",
-            g(results, "case3", "best"),
-            g(results, "case4", "rates", default=[]),
-            g(results, "case2", "flatness"),
-        )
-    ]
-    systems += [
-        (
-            p["system"],
-            g(p, "throughput", "best"),
-            p.get("lateness", []),
-            g(p, "backlog", "points", -1, "ratio_to_empty"),
-        )
-        for p in peers(results)
-    ]
-    for name, best, late, ratio in systems:
-        tp = f"{best['tasks_per_s']:,}/s" if best else "–"
-        l1k = lateness_at(late, 1000)
-        lt = f"{fmt(g(l1k, 'ms', 'p99'), 1)} / {fmt(g(l1k, 'ms', 'max'), 1)} ms" if l1k else "–"
-        lines.append(f"{name:15s} {tp:24s} {lt:30s} {fmt(ratio, 3)}")
-    return "\n".join([*lines, "=" * 100])
-
-
 def write(results: dict[str, Any], out: Path, publish: bool = False) -> None:
     results["targets"] = targets(results)
     out.mkdir(parents=True, exist_ok=True)
     made = plots(results, out / "plots")
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     (out / "RESULTS.md").write_text(markdown(results, made))
-    print(summary_table(results))
+    print("\n" + targets_table(results) + "\n\n" + peers_summary_table(results) + "\n")
     print(
         f"wrote {out / 'results.json'}, {out / 'RESULTS.md'} and {len(made)} plot(s)"
         f" in {out / 'plots'}"
