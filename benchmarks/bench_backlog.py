@@ -21,9 +21,8 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import measure
-from benchmarks.measure import drain_line, note, one, step
-from benchmarks.suite import Plan
+from benchmarks import suite
+from benchmarks.suite import Plan, drain_line, note, one, step
 
 
 def cold_count(dsn: str) -> int:
@@ -69,7 +68,7 @@ def measure_point(dsn: str, plan: Plan, backlog_label: int) -> dict[str, Any]:
             f" {plan.backlog_tasks:,} no-op tasks, 1 worker process, batch {plan.backlog_batch},"
             f" concurrency {plan.backlog_concurrency}"
         )
-        r = measure.pgsched_drain(
+        r = suite.pgsched_drain(
             dsn,
             plan.backlog_tasks,
             processes=1,
@@ -84,7 +83,7 @@ def measure_point(dsn: str, plan: Plan, backlog_label: int) -> dict[str, Any]:
         "backlog": backlog_label,
         "cold_tasks_present": present,
         "runs": runs,
-        "median_tasks_per_s": measure.median([r.get("tasks_per_s") for r in runs]),
+        "median_tasks_per_s": suite.median([r.get("tasks_per_s") for r in runs]),
     }
 
 

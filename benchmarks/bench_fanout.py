@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -23,14 +25,21 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import measure
-from benchmarks.measure import percentiles
+from benchmarks.bench_throughput import percentiles
+from benchmarks.pgserver import PgServer
+from pgsched.migrations import migrate
+
+REPO = Path(__file__).resolve().parent.parent
+PGSCHED = [sys.executable, "-m", "pgsched"]
 
 
-def start_worker(dsn: str, lanes: str, extra: list[str]) -> measure.Procs:
-    argv = [*measure.pgsched_exe(), "--dsn", dsn, "worker", "--app", measure.NOOP_APP]
-    argv += ["--lanes", lanes, "--poll-interval", "1", "--log-level", "WARNING", *extra]
-    return measure.Procs(f"bench-fanout-{lanes.replace(',', '-')}", [argv]).start()
+def start_worker(dsn: str, lanes: str, extra: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PGSCHED_DSN=dsn)
+    argv = [*PGSCHED, "worker", "--app", "benchmarks.noop_app:app", "--lanes", lanes]
+    argv += ["--poll-interval", "1", "--log-level", "WARNING", *extra]
+    return subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
 
 
 def schedule_probe(
@@ -64,14 +73,15 @@ def wait_until(predicate: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"timed out waiting for {what}")
 
 
-def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+def run(dsn: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
+    migrate(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO pgsched.tenants (tenant_id, product)"
             " SELECT 't' || g, 'crm' FROM generate_series(1, %s) AS g",
             (args.tenants,),
         )
-        high = start_worker(dsn, "high", ["--concurrency", "16"])
+        high = start_worker(dsn, "high", ["--concurrency", "16"], logs / "worker-high.log")
         bulk = start_worker(
             dsn,
             "normal,batch",
@@ -81,6 +91,7 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                 "--batch-rate",
                 str(args.batch_rate),
             ],
+            logs / "worker-batch.log",
         )
         try:
             time.sleep(3)  # both workers up and listening
@@ -143,9 +154,13 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             during_until = min(end, fan[1])
             during = percentiles(probe_lateness(conn, start, during_until))
         finally:
-            for workers in (high, bulk):
-                workers.stop(timeout=30, dsn=dsn)
-                workers.cleanup()
+            for proc in (high, bulk):
+                proc.send_signal(signal.SIGTERM)
+            for proc in (high, bulk):
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
     return {
         "tenants": args.tenants,
         "fan_out_seconds": round(fan_out_s, 2),
@@ -179,16 +194,25 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.tenants, args.probe_seconds, args.fanout_probe_seconds = 1_000, 8.0, 15.0
-    out = Path(args.out or measure.RESULTS / ("fanout-quick.json" if args.quick else "fanout.json"))
+    out = Path(
+        args.out
+        or REPO / "benchmarks" / "results" / ("fanout-quick.json" if args.quick else "fanout.json")
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    logs = out.parent / "fanout-logs"
+    logs.mkdir(exist_ok=True)
     started = time.monotonic()
-    with measure.database(args.dsn) as dsn:
-        result = run(dsn, args)
+    if args.dsn:
+        result = run(args.dsn, args, logs)
+    else:
+        with PgServer() as pg:
+            result = run(pg.dsn, args, logs)
     result["command"] = " ".join(["python -m benchmarks.bench_fanout", *sys.argv[1:]])
     result["when"] = datetime.now(UTC).isoformat(timespec="seconds")
     result["nproc"] = os.cpu_count()
     result["loadavg_at_end"] = os.getloadavg()
     result["wall_seconds"] = round(time.monotonic() - started, 1)
-    measure.write_json(out, result)
+    out.write_text(json.dumps(result, indent=2, default=str))
     b, d = result["high_lateness_ms_without_fan_out"], result["high_lateness_ms_during_fan_out"]
     print(
         f"fan-out over {result['tenants']} tenants: {result['fan_out_seconds']} s "
@@ -199,6 +223,7 @@ def main() -> None:
             f"HIGH lateness {label}: p50 {p['p50']} p95 {p['p95']} p99 {p['p99']}"
             f" max {p['max']} ms (n={p['n']})"
         )
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -44,22 +44,21 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import measure
-from benchmarks.measure import (
+from benchmarks import suite
+from benchmarks.bench_throughput import percentiles
+from benchmarks.suite import (
     CpuMeter,
     Procs,
     XactSampler,
+    cdf_points,
     db_now,
-    drain_line,
     lateness_figures,
-    lateness_line,
     note,
     one,
     rate_figures,
     step,
     wait_until,
 )
-from benchmarks.suite import Plan
 
 QUEUE = "bench"
 TASK = "noop"
@@ -67,7 +66,6 @@ OUT_ENV = "BENCH_PEER_OUT"
 SPAN_SECONDS = 365 * 86_400
 SCATTER = 2_654_435_761  # as bench_schedule: distinct, scattered due times over the year
 CHUNK = 10_000
-WORKER = [sys.executable, "-m", "benchmarks.peers", "worker"]
 
 
 def backlog_offsets(n: int) -> list[timedelta]:
@@ -146,7 +144,7 @@ class Procrastinate:
 
     @property
     def version(self) -> str:
-        return measure.package_version("procrastinate")
+        return suite.package_version("procrastinate")
 
     def setup(self, dsn: str) -> None:
         asyncio.run(_procrastinate_install(dsn))
@@ -230,17 +228,21 @@ class Procrastinate:
         self, dsn: str, name: str, processes: int, setting: dict[str, Any], out: Path
     ) -> Procs:
         argv = [
-            *WORKER,
+            sys.executable,
+            "-m",
+            "benchmarks.peers",
+            "worker",
             "procrastinate",
             "--dsn",
             dsn,
             "--concurrency",
             str(setting["concurrency"]),
+            "--poll",
+            str(setting.get("poll", 0.1)),
         ]
-        argv += ["--poll", str(setting.get("poll", 0.1))]
         return Procs(name, [argv] * processes, env={OUT_ENV: str(out / "out-{i}.txt")})
 
-    def sweep(self, plan: Plan) -> list[dict[str, Any]]:
+    def sweep(self, plan: suite.Plan) -> list[dict[str, Any]]:
         return [
             {
                 "processes": p,
@@ -333,13 +335,8 @@ async def _pgq_worker(dsn: str, managers: int, batch_size: int, out: str | None)
 
         qms.append(qm)
     loop = asyncio.get_running_loop()
-
-    def stop_all() -> None:
-        for qm in qms:
-            qm.shutdown.set()
-
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop_all)
+        loop.add_signal_handler(sig, lambda: [qm.shutdown.set() for qm in qms])
     await asyncio.gather(*(qm.run(batch_size=batch_size) for qm in qms))
     for conn in conns:
         await conn.close()
@@ -354,7 +351,7 @@ class PgQueuer:
 
     @property
     def version(self) -> str:
-        return measure.package_version("pgqueuer")
+        return suite.package_version("pgqueuer")
 
     def setup(self, dsn: str) -> None:
         asyncio.run(_pgq_install(dsn))
@@ -424,11 +421,22 @@ class PgQueuer:
     def workers(
         self, dsn: str, name: str, processes: int, setting: dict[str, Any], out: Path
     ) -> Procs:
-        argv = [*WORKER, "pgqueuer", "--dsn", dsn, "--managers", str(setting["managers"])]
-        argv += ["--batch-size", str(setting["batch_size"])]
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks.peers",
+            "worker",
+            "pgqueuer",
+            "--dsn",
+            dsn,
+            "--managers",
+            str(setting["managers"]),
+            "--batch-size",
+            str(setting["batch_size"]),
+        ]
         return Procs(name, [argv] * processes, env={OUT_ENV: str(out / "out-{i}.txt")})
 
-    def sweep(self, plan: Plan) -> list[dict[str, Any]]:
+    def sweep(self, plan: suite.Plan) -> list[dict[str, Any]]:
         return [
             {
                 "processes": p,
@@ -470,7 +478,7 @@ def peer_drain(
     peer.clear(dsn)
     schedule_s = peer.enqueue_now(dsn, n)
     out = Path(tempfile.mkdtemp(prefix=f"{name}-"))
-    pm = measure.postmaster_pid(dsn)
+    pm = suite.postmaster_pid(dsn)
     procs = peer.workers(dsn, name, setting["processes"], setting, out).start()
     sampler = XactSampler(dsn, name)
     sampler.start()
@@ -526,7 +534,7 @@ def peer_lateness(
 ) -> dict[str, Any]:
     n = int(rate * duration)
     peer.clear(dsn)
-    commit_ms = measure.commit_latency(dsn, 20)["ms"]["p50"]
+    commit_ms = suite.commit_latency(dsn, 20)["ms"]["p50"]
     out = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     procs = peer.workers(dsn, name, setting["processes"], setting, out).start()
     stall: list[Any] = []
@@ -585,10 +593,12 @@ def peer_lateness(
     return result
 
 
-def run_peer(peer: Any, server: Any, plan: Plan) -> dict[str, Any]:
+def run_peer(peer: Any, server: Any, plan: suite.Plan) -> dict[str, Any]:
     """Cases 2, 3 and 4 for one peer, in its own database on the suite's server."""
+    from benchmarks.suite import drain_line, lateness_line
+
     dbname = "peer_" + peer.name.lower()
-    dsn = measure.create_database(server, dbname)
+    dsn = suite.create_database(server, dbname)
     peer.setup(dsn)
     out: dict[str, Any] = {"system": peer.name, "version": peer.version, "database": dbname}
     settings = peer.sweep(plan)
@@ -652,7 +662,7 @@ def run_peer(peer: Any, server: Any, plan: Plan) -> dict[str, Any]:
                 "backlog": backlog,
                 **points_meta,
                 "runs": reps,
-                "median_tasks_per_s": measure.median([r.get("tasks_per_s") for r in reps]),
+                "median_tasks_per_s": suite.median([r.get("tasks_per_s") for r in reps]),
             }
         )
     base = points[0]["median_tasks_per_s"] if points else None
@@ -752,3 +762,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+__all__ = ["PEERS", "PgQueuer", "Procrastinate", "cdf_points", "percentiles", "run_peer"]

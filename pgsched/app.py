@@ -39,13 +39,14 @@ def _value(conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any], 
     return row[column]
 
 
-def _spec(value: TaskSpec | Mapping[str, Any]) -> TaskSpec:
+def _spec(value: TaskSpec | Mapping[str, Any], index: int | None = None) -> TaskSpec:
     if isinstance(value, TaskSpec):
         return value
     try:
         return TaskSpec.model_validate(value)
     except ValidationError as exc:
-        raise InvalidTaskError(_first_problem(exc)) from None
+        where = "" if index is None else f"tasks[{index}]: "
+        raise InvalidTaskError(where + _first_problem(exc)) from None
 
 
 def _first_problem(exc: ValidationError) -> str:
@@ -148,7 +149,7 @@ class App:
                 "idempotency_key": idempotency_key,
                 "max_attempts": max_attempts,
                 "lane": lane,
-                "metadata": dict(metadata or {}),
+                "metadata": {} if metadata is None else metadata,
             }
         )
         params = {
@@ -181,7 +182,7 @@ class App:
 
         Returns the task ids in input order. One invalid task refuses the whole call.
         """
-        specs = [_spec(task) for task in tasks]
+        specs = [_spec(task, index) for index, task in enumerate(tasks)]
         ids: list[int] = []
         with self._connection(conn) as c:
             try:
@@ -247,7 +248,7 @@ class App:
                 "idempotency_key": idempotency_key,
                 "max_attempts": max_attempts,
                 "lane": lane,
-                "metadata": dict(metadata or {}),
+                "metadata": {} if metadata is None else metadata,
             }
         )
         try:

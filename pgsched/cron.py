@@ -1,22 +1,24 @@
 """Cron expressions in IANA time zones, DST-correct, computed in the zone and returned in UTC.
 
-croniter parses and expands the five fields; the walk over days and wall-clock times is
-ours, because the DST policy is ours and must hold in every zone (tested in
-America/New_York, Europe/Berlin, Australia/Lord_Howe and America/Santiago):
+croniter expands the five fields; the grammar check (`cron_problem`, the same rules and
+messages as SQL's `pgsched.cron_problem`) and the walk over days and wall-clock times are
+ours, because the DST policy is ours and must hold in every zone. The policy is classic
+cron's (Vixie cron; cronsim does the same):
 
-* A schedule that names wall-clock hours (`30 2 * * *`, `0 9 * * 1-5`) runs **once** on
-  each matching day. A time in a repeated (fall-back) hour runs at its first occurrence
-  only. A time in a skipped (spring-forward) gap runs at the first valid instant after
-  the gap (02:30 on a New York spring-forward day runs at 03:00 EDT); several skipped
-  times collapse into that one run.
-* A frequent schedule, one whose hour field is `*` (`*/15 * * * *`, `0 * * * *`), keeps
-  firing every N real minutes through both transitions: it follows the zone's standard
-  time (its UTC offset without DST), so a skipped hour is not run and a repeated hour
-  runs once per offset. In a zone whose DST shift is 30 minutes (Lord Howe), an hourly
-  schedule therefore fires at :30 on the wall clock while DST is on.
+* A *frequent* expression, one whose minute or hour field starts with `*` (`0 * * * *`,
+  `0 */2 * * *`, `*/15 * * * *`), fires at every real instant whose local wall-clock time
+  matches: a repeated (fall-back) time fires twice, a skipped (spring-forward) time never.
+  In a zone whose DST shift is 30 minutes (Lord Howe) `0 * * * *` fires at the wall
+  clock's :00 in both seasons.
+* Every other expression walks the wall clock and fires once per matching wall time: a
+  repeated time at its first occurrence only; a time inside a spring-forward gap once, at
+  the first instant after the gap (02:30 on a New York spring-forward day runs at 03:00
+  EDT); several skipped times collapse into that one run.
 
-The search for the next fire time is bounded (`SEARCH_YEARS`), so an expression that can
-never fire (`0 0 31 2 *`) is refused instead of spinning.
+Refused by both arms alike: R and H (random, hashed: each process would pick a different
+time), L, W and #, steps larger than their field, ranges that run backwards, and a day of
+month none of the listed months has (`0 0 31 APR *`). The search for the next fire time is
+bounded (`SEARCH_YEARS`) as a backstop.
 """
 
 from __future__ import annotations
@@ -58,6 +60,134 @@ def check_timezone(name: str | None) -> ZoneInfo:
         ) from None
 
 
+_FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
+_FIELD_LOW = (0, 0, 1, 1, 0)
+_FIELD_HIGH = (59, 23, 31, 12, 7)
+_FIELD_SPAN = (60, 24, 31, 12, 7)  # distinct values (7 and 0 both name Sunday)
+_NAMES: dict[int, tuple[str, ...]] = {
+    3: ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
+    4: ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"),
+}
+_RANDOM_OR_HASHED = re.compile(r"(^|[^A-Z])[RH]([^A-Z]|$)")
+_LAST_OR_WEEKDAY = re.compile(r"(^|[^A-Z])(L|W|LW)([^A-Z]|$)|[0-9](L|W)")
+_ITEM = re.compile(r"^([^/]+)(/([0-9]+))?$")
+_BOUNDS = re.compile(r"^([0-9A-Za-z]+)(-([0-9A-Za-z]+))?$")
+_MONTH_DAYS = {2: 29, 4: 30, 6: 30, 9: 30, 11: 30}
+
+
+def _sql_literal(text: str) -> str:
+    # The quoting of SQL's format('%L'), so both arms word a refusal identically.
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _field_values(expression: str, field: str, index: int) -> tuple[str | None, list[int]]:
+    """(problem, values) of one field; the same rules as SQL's pgsched.cron_field_values."""
+    name = _FIELD_NAMES[index]
+    low, high, span = _FIELD_LOW[index], _FIELD_HIGH[index], _FIELD_SPAN[index]
+    names = _NAMES.get(index, ())
+    name_base = 1 if index == 3 else 0
+    prefix = f"invalid cron expression {_sql_literal(expression)}: "
+    upper = field.upper()
+    if _RANDOM_OR_HASHED.search(upper):
+        return (
+            prefix + f"the {name} field uses R or H (random / hashed), which pgsched refuses: "
+            "each process would pick a different time",
+            [],
+        )
+    if "#" in field or _LAST_OR_WEEKDAY.search(upper):
+        return (
+            f"cron expression {_sql_literal(expression)}: the {name} field uses L, W or # "
+            "(last / nearest weekday / nth weekday), which pgsched does not support",
+            [],
+        )
+    if field == "?" and index in (2, 4):
+        field = "*"
+    values: list[int] = []
+    top = 6 if index == 4 else high
+    for item in field.split(","):
+        not_a_value = (
+            prefix + f"{_sql_literal(item)} in the {name} field is not a value, range or step"
+        )
+        parts = _ITEM.match(item)
+        if parts is None:
+            return not_a_value, []
+        base, step_text = parts.group(1), parts.group(3)
+        if base == "*":
+            first, last = low, top
+        else:
+            bounds = _BOUNDS.match(base)
+            if bounds is None:
+                return not_a_value, []
+            numbers: list[int] = []
+            for token in (bounds.group(1), bounds.group(3)):
+                if token is None:
+                    continue
+                if re.fullmatch(r"[0-9]{1,6}", token):
+                    numbers.append(int(token))
+                elif token.upper() in names:
+                    numbers.append(names.index(token.upper()) + name_base)
+                else:
+                    return not_a_value, []
+                if not low <= numbers[-1] <= high:
+                    return (
+                        prefix + f"{token} in the {name} field is out of range ({low} to {high})",
+                        [],
+                    )
+            first = numbers[0]
+            if len(numbers) == 2:
+                last = numbers[1]
+            elif step_text is not None:
+                last = top  # 'a/step' runs from a to the end of the field
+            else:
+                last = numbers[0]
+            if last < first:
+                return prefix + f"the range {base} in the {name} field runs backwards", []
+        step = 1
+        if step_text is not None:
+            if len(step_text) > 6 or not 1 <= int(step_text) <= span:
+                return (
+                    prefix + f"step {step_text} in the {name} field is out of range (1 to {span})",
+                    [],
+                )
+            step = int(step_text)
+        values.extend(v % 7 if index == 4 else v for v in range(first, last + 1, step))
+    return None, values
+
+
+def cron_problem(expression: str | None) -> str | None:
+    """Why a cron expression is refused, or None: SQL's pgsched.cron_problem, in Python."""
+    if expression is None or not expression.strip():
+        return "cron_expression is required (five fields: minute hour day month weekday)"
+    fields = re.split(r"\s+", expression.strip())
+    if len(fields) != 5:
+        return (
+            f"cron expression {_sql_literal(expression)} must have five fields: "
+            "minute hour day month weekday"
+        )
+    listed: dict[int, list[int]] = {}
+    for index, field in enumerate(fields):
+        problem, values = _field_values(expression, field, index)
+        if problem is not None:
+            return problem
+        listed[index] = values
+    if (
+        fields[2] not in ("*", "?")
+        and fields[4] in ("*", "?")
+        and not any(d <= _MONTH_DAYS.get(m, 31) for d in listed[2] for m in listed[3])
+    ):
+        return (
+            f"cron expression {_sql_literal(expression)} never fires "
+            "(none of its months has that day of month)"
+        )
+    return None
+
+
+def is_frequent(expression: str) -> bool:
+    """Classic cron's rule: a minute or hour field starting with `*` makes it frequent."""
+    fields = expression.split()
+    return fields[0].startswith("*") or fields[1].startswith("*")
+
+
 @dataclass(frozen=True)
 class CronSchedule:
     expression: str
@@ -69,7 +199,7 @@ class CronSchedule:
     days_of_week: frozenset[int]  # 0 = Sunday
     dom_restricted: bool
     dow_restricted: bool
-    frequent: bool  # hour field is '*': fire every matching real minute
+    frequent: bool  # minute or hour field starts with '*' (classic cron's rule)
 
     def day_matches(self, day: date) -> bool:
         if day.month not in self.months:
@@ -86,49 +216,16 @@ class CronSchedule:
         if after.utcoffset() is None:
             raise CronError("`after` must be an aware datetime")
         after_utc = after.astimezone(UTC)
-        if self.frequent:
-            yield from self._frequent_fires_after(after_utc)
-            return
         local_day = after_utc.astimezone(self.zone).date() - timedelta(days=1)
         last_day = local_day + timedelta(days=366 * SEARCH_YEARS)
         previous: datetime | None = None
         while local_day <= last_day:
             if self.day_matches(local_day):
                 for instant in self._fires_on(local_day):
-                    if instant > after_utc and instant != previous:
+                    if instant > after_utc and (previous is None or instant > previous):
                         previous = instant
                         yield instant
             local_day += timedelta(days=1)
-
-    def _standard_offset(self, day: date) -> timedelta:
-        noon = datetime.combine(day, time(12), tzinfo=self.zone)
-        return (noon.utcoffset() or timedelta(0)) - (noon.dst() or timedelta(0))
-
-    def _frequent_fires_after(self, after_utc: datetime) -> Iterator[datetime]:
-        """Frequent schedules walk the zone's standard-time grid (every N real minutes
-        whatever the clocks do); the day fields are matched against each instant's
-        wall-clock date, which DST can put on the neighbouring day."""
-        standard = self._standard_offset(after_utc.astimezone(self.zone).date())
-        start = (after_utc + standard).replace(tzinfo=None)
-        day = start.date()
-        last_day = day + timedelta(days=366 * SEARCH_YEARS)
-        one = timedelta(days=1)
-        while day <= last_day:
-            # A wall date is at most a day away from the standard-time date.
-            if any(self.day_matches(d) for d in (day - one, day, day + one)):
-                standard = self._standard_offset(day)
-                for hour in self.hours:
-                    if day == start.date() and hour < start.hour:
-                        continue
-                    for minute in self.minutes:
-                        instant = (datetime.combine(day, time(hour, minute)) - standard).replace(
-                            tzinfo=UTC
-                        )
-                        if instant <= after_utc:
-                            continue
-                        if self.day_matches(instant.astimezone(self.zone).date()):
-                            yield instant
-            day += one
 
     def next_fire(self, after: datetime) -> datetime:
         for instant in self.fires_after(after):
@@ -138,25 +235,29 @@ class CronSchedule:
             f"(no match within {SEARCH_YEARS} years)"
         )
 
-    def _fires_on(self, day: date) -> Iterator[datetime]:
+    def _fires_on(self, day: date) -> list[datetime]:
         """The UTC instants this schedule fires at on one local day, ascending."""
-        instants: list[datetime] = []
+        instants: set[datetime] = set()
         for hour in self.hours:
             for minute in self.minutes:
-                wall = datetime.combine(day, time(hour, minute))
-                instants.extend(self._resolve(wall))
-        return iter(sorted(set(instants)))
+                instants.update(self._resolve(datetime.combine(day, time(hour, minute))))
+        return sorted(instants)
 
     def _resolve(self, wall: datetime) -> list[datetime]:
-        first = wall.replace(tzinfo=self.zone, fold=0)
-        second = wall.replace(tzinfo=self.zone, fold=1)
-        first_utc, second_utc = first.astimezone(UTC), second.astimezone(UTC)
-        exists = first_utc.astimezone(self.zone).replace(tzinfo=None) == wall
+        first = wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
+        second = wall.replace(tzinfo=self.zone, fold=1).astimezone(UTC)
+        exists = first.astimezone(self.zone).replace(tzinfo=None) == wall
         if not exists:
-            # In a spring-forward gap: run at the first valid instant after it.
-            return [_transition_between(self.zone, second_utc, first_utc)]
-        # In a repeated (fall-back) hour fold=0 is the first occurrence: run that one only.
-        return [first_utc]
+            # In a spring-forward gap: a frequent schedule skips it; any other runs once at
+            # the first valid instant after it.
+            if self.frequent:
+                return []
+            return [_transition_between(self.zone, min(first, second), max(first, second))]
+        if self.frequent and second != first:
+            # A repeated (fall-back) time: every real instant showing it fires.
+            return [first, second]
+        # Otherwise fold=0 is the first occurrence: run that one only.
+        return [first]
 
 
 def _transition_between(zone: ZoneInfo, low: datetime, high: datetime) -> datetime:
@@ -176,26 +277,19 @@ def _transition_between(zone: ZoneInfo, low: datetime, high: datetime) -> dateti
 def parse(expression: str, timezone: str = "UTC") -> CronSchedule:
     """Parse and check a five-field cron expression in an IANA zone; raises CronError."""
     zone = check_timezone(timezone)
-    if not isinstance(expression, str) or len(expression.split()) != 5:
+    if not isinstance(expression, str):
         raise CronError(
-            f"cron expression {expression!r} must have five fields: minute hour day month weekday"
+            "cron_expression must be a string (five fields: minute hour day month weekday)"
         )
+    problem = cron_problem(expression)
+    if problem is not None:
+        raise CronError(problem)
     try:
         fields, _ = croniter.expand(expression)
     except (ValueError, KeyError, TypeError) as exc:
         raise CronError(f"invalid cron expression {expression!r}: {exc}") from None
     minute_f, hour_f, dom_f, month_f, dow_f = fields[:5]
     raw = expression.split()
-    # croniter reads these, but drops or misreads some of them: refuse rather than guess.
-    if (
-        "#" in expression
-        or re.search(r"[LW]", raw[2].upper())
-        or re.search(r"\dL|^L$", raw[4].upper())
-    ):
-        raise CronError(
-            f"cron expression {expression!r} uses L, W or # (last / nearest weekday / nth "
-            "weekday), which pgsched does not support"
-        )
 
     def values(field: Sequence[Any], low: int, high: int) -> list[int]:
         if list(field) == ["*"]:
@@ -216,7 +310,7 @@ def parse(expression: str, timezone: str = "UTC") -> CronSchedule:
         days_of_week=frozenset(values(dow_f, 0, 6)),
         dom_restricted=raw[2] not in ("*", "?"),
         dow_restricted=raw[4] not in ("*", "?"),
-        frequent=raw[1] in ("*", "*/1"),
+        frequent=is_frequent(expression),
     )
     # Refuse what can never fire now, not at arming time.
     schedule.next_fire(datetime(2000, 1, 1, tzinfo=UTC))

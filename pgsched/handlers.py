@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from pgsched.errors import InvalidTaskError
 from pgsched.retry import RetryPolicy
 
 
@@ -181,6 +182,7 @@ class FunctionHandler(TaskHandler):
 
 
 STEPS = ("validate", "before_execute", "execute", "after_execute")
+MAX_TIMEOUT_SECONDS = 24 * 3600  # a handler's timeout: more than 0, at most a day
 
 
 @dataclass
@@ -195,8 +197,11 @@ class Registration:
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds")
+        if self.timeout is not None and not 0 < self.timeout <= MAX_TIMEOUT_SECONDS:
+            raise InvalidTaskError(
+                f"timeout {self.timeout} is out of range (more than 0, at most "
+                f"{MAX_TIMEOUT_SECONDS} seconds)"
+            )
         # A handler is async when its execute is: ctx.connection then is async too.
         self.is_async = inspect.iscoroutinefunction(self.handler.execute)
 

@@ -8,12 +8,19 @@ silently read in the session's time zone.
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 PLAIN_TASK_TYPE = r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$"
 PLAIN_TENANT_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
+# The due times the database accepts (pgsched.run_at_problem): every reading of them, in
+# any time zone, stays inside what datetime can represent.
+RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+RUN_AT_LIMIT = datetime(9999, 1, 1, tzinfo=UTC)
+MAX_ATTEMPTS_LIMIT = 1000
 
 
 class TaskSpec(BaseModel):
@@ -24,20 +31,34 @@ class TaskSpec(BaseModel):
     task_type: str = Field(pattern=PLAIN_TASK_TYPE)
     payload: Any = Field(default_factory=dict)
     run_at: AwareDatetime | None = None
-    tenant_id: str = Field(default="default", pattern=PLAIN_TENANT_ID)
+    tenant_id: str = "default"
     priority: int = Field(default=5, ge=0, le=10)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
-    max_attempts: int = Field(default=3, ge=1)
+    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS_LIMIT)
     lane: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("tenant_id")
     @classmethod
-    def _tenant_not_reserved(cls, value: str) -> str:
-        # The engine names its own rows with a leading "_" (a fan-out parent is "_all"); the
-        # database refuses such tenants, so refuse them here too, before anything is sent.
-        if value.startswith("_"):
-            raise ValueError(f"tenant_id {value!r} starts with '_', which is reserved for pgsched")
+    def _tenant_plain(cls, value: str) -> str:
+        # The database's rule and words (pgsched.task_identity_problem): a leading "_" is
+        # the engine's (a fan-out parent is "_all").
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value) or len(value) > 100:
+            quoted = "'" + value.replace("'", "''") + "'"
+            raise ValueError(
+                f"tenant_id {quoted} is not a plain identifier (letters, digits, _, . and -, "
+                "starting with a letter or digit, at most 100 characters)"
+            )
+        return value
+
+    @field_validator("run_at")
+    @classmethod
+    def _run_at_in_range(cls, value: datetime | None) -> datetime | None:
+        if value is not None and not RUN_AT_MIN <= value < RUN_AT_LIMIT:
+            raise ValueError(
+                f"run_at {value.isoformat()} is out of range "
+                "(1970-01-01 00:00 UTC to 9999-01-01 00:00 UTC)"
+            )
         return value
 
     @field_validator("payload")

@@ -91,16 +91,121 @@ END;
 $$;
 
 --
+-- Name: cron_field_values(text, text, integer); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    field_name text := (ARRAY['minute', 'hour', 'day of month', 'month', 'day of week'])[field_no];
+    lo integer := (ARRAY[0, 0, 1, 1, 0])[field_no];
+    hi integer := (ARRAY[59, 23, 31, 12, 7])[field_no];
+    -- The number of distinct values a field has (day of week: 7, though 7 names Sunday).
+    span integer := (ARRAY[60, 24, 31, 12, 7])[field_no];
+    names text[] := CASE field_no
+        WHEN 4 THEN ARRAY['JAN', 'FEB', 'MAR', 'APR', 'MAY', 'JUN', 'JUL', 'AUG', 'SEP', 'OCT', 'NOV', 'DEC']
+        WHEN 5 THEN ARRAY['SUN', 'MON', 'TUE', 'WED', 'THU', 'FRI', 'SAT']
+    END;
+    name_base integer := CASE field_no WHEN 4 THEN 1 ELSE 0 END;
+    prefix text := format('invalid cron expression %L: ', cron_expression);
+    item text;
+    parts text[];
+    bounds text[];
+    token text;
+    numbers integer[];
+    first_value integer;
+    last_value integer;
+    step integer;
+BEGIN
+    field_values := '{}';
+    IF upper(field) ~ '(^|[^A-Z])[RH]([^A-Z]|$)' THEN
+        problem := prefix || format(
+            'the %s field uses R or H (random / hashed), which pgsched refuses: '
+            'each process would pick a different time', field_name);
+        RETURN;
+    END IF;
+    IF field ~ '#' OR upper(field) ~ '(^|[^A-Z])(L|W|LW)([^A-Z]|$)' OR upper(field) ~ '[0-9](L|W)' THEN
+        problem := format(
+            'cron expression %L: the %s field uses L, W or # (last / nearest weekday / nth weekday), '
+            'which pgsched does not support', cron_expression, field_name);
+        RETURN;
+    END IF;
+    IF field = '?' AND field_no IN (3, 5) THEN
+        field := '*';
+    END IF;
+    FOREACH item IN ARRAY string_to_array(field, ',') LOOP
+        parts := regexp_match(item, '^([^/]+)(/([0-9]+))?$');
+        IF parts IS NULL THEN
+            problem := prefix || format('%L in the %s field is not a value, range or step', item, field_name);
+            RETURN;
+        END IF;
+        IF parts[1] = '*' THEN
+            first_value := lo;
+            last_value := CASE WHEN field_no = 5 THEN 6 ELSE hi END;
+        ELSE
+            bounds := regexp_match(parts[1], '^([0-9A-Za-z]+)(-([0-9A-Za-z]+))?$');
+            IF bounds IS NULL THEN
+                problem := prefix || format('%L in the %s field is not a value, range or step', item, field_name);
+                RETURN;
+            END IF;
+            numbers := '{}';
+            FOREACH token IN ARRAY ARRAY[bounds[1], bounds[3]] LOOP
+                CONTINUE WHEN token IS NULL;
+                IF token ~ '^[0-9]{1,6}$' THEN
+                    numbers := numbers || token::integer;
+                ELSIF array_position(names, upper(token)) IS NOT NULL THEN
+                    numbers := numbers || (array_position(names, upper(token)) - 1 + name_base);
+                ELSE
+                    problem := prefix || format('%L in the %s field is not a value, range or step', item, field_name);
+                    RETURN;
+                END IF;
+                IF numbers[cardinality(numbers)] NOT BETWEEN lo AND hi THEN
+                    problem := prefix || format(
+                        '%s in the %s field is out of range (%s to %s)', token, field_name, lo, hi);
+                    RETURN;
+                END IF;
+            END LOOP;
+            first_value := numbers[1];
+            -- 'a/step' means from a to the end of the field.
+            last_value := CASE
+                WHEN cardinality(numbers) = 2 THEN numbers[2]
+                WHEN parts[3] IS NOT NULL THEN CASE WHEN field_no = 5 THEN 6 ELSE hi END
+                ELSE numbers[1]
+            END;
+            IF last_value < first_value THEN
+                problem := prefix || format('the range %s in the %s field runs backwards', parts[1], field_name);
+                RETURN;
+            END IF;
+        END IF;
+        step := 1;
+        IF parts[3] IS NOT NULL THEN
+            IF length(parts[3]) > 6 OR parts[3]::integer NOT BETWEEN 1 AND span THEN
+                problem := prefix || format(
+                    'step %s in the %s field is out of range (1 to %s)', parts[3], field_name, span);
+                RETURN;
+            END IF;
+            step := parts[3]::integer;
+        END IF;
+        field_values := field_values || ARRAY(
+            SELECT CASE WHEN field_no = 5 THEN v % 7 ELSE v END
+              FROM generate_series(first_value, last_value, step) AS v);
+    END LOOP;
+END;
+$_$;
+
+--
 -- Name: cron_problem(text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
 CREATE FUNCTION pgsched.cron_problem(cron_expression text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
-    AS $_$
+    AS $$
 DECLARE
     fields text[];
-    dom_max integer;
-    month_list integer[];
+    checked record;
+    days integer[];
+    months integer[];
 BEGIN
     IF cron_expression IS NULL OR btrim(cron_expression) = '' THEN
         RETURN 'cron_expression is required (five fields: minute hour day month weekday)';
@@ -109,32 +214,30 @@ BEGIN
     IF cardinality(fields) <> 5 THEN
         RETURN format('cron expression %L must have five fields: minute hour day month weekday', cron_expression);
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(fields) AS f WHERE f !~ '^[0-9A-Za-z*,/?-]+$') THEN
-        RETURN format('invalid cron expression %L', cron_expression);
-    END IF;
-    -- Every number that is a value (not a step after /) must be in its field's range.
-    IF EXISTS (
-        SELECT 1
-          FROM unnest(fields, ARRAY[0, 0, 1, 1, 0], ARRAY[59, 23, 31, 12, 7]) AS f(field, lo, hi)
-         CROSS JOIN LATERAL regexp_matches(f.field, '(^|[^/0-9])([0-9]+)', 'g') AS m(parts)
-         WHERE m.parts[2]::integer NOT BETWEEN f.lo AND f.hi
-    ) THEN
-        RETURN format('invalid cron expression %L: a value is out of its field''s range', cron_expression);
-    END IF;
-    -- A day of month that no listed month has (31 February) can never fire.
-    IF fields[3] ~ '^[0-9]+(,[0-9]+)*$' AND fields[5] IN ('*', '?') AND fields[4] ~ '^[0-9]+(,[0-9]+)*$' THEN
-        SELECT min(d::integer) INTO dom_max FROM unnest(string_to_array(fields[3], ',')) AS d;
-        month_list := string_to_array(fields[4], ',')::integer[];
-        IF NOT EXISTS (
-            SELECT 1 FROM unnest(month_list) AS m
-             WHERE dom_max <= CASE WHEN m = 2 THEN 29 WHEN m IN (4, 6, 9, 11) THEN 30 ELSE 31 END
-        ) THEN
-            RETURN format('cron expression %L never fires', cron_expression);
+    FOR i IN 1..5 LOOP
+        checked := pgsched.cron_field_values(cron_expression, fields[i], i);
+        IF checked.problem IS NOT NULL THEN
+            RETURN checked.problem;
         END IF;
+        IF i = 3 THEN
+            days := checked.field_values;
+        ELSIF i = 4 THEN
+            months := checked.field_values;
+        END IF;
+    END LOOP;
+    -- With the weekday unrestricted, a day of month that none of the months has (31
+    -- February, 31 April) never comes. (With both restricted either may match.)
+    IF fields[3] NOT IN ('*', '?') AND fields[5] IN ('*', '?') AND NOT EXISTS (
+        SELECT 1
+          FROM unnest(days) AS d, unnest(months) AS m
+         WHERE d <= CASE WHEN m = 2 THEN 29 WHEN m IN (4, 6, 9, 11) THEN 30 ELSE 31 END
+    ) THEN
+        RETURN format(
+            'cron expression %L never fires (none of its months has that day of month)', cron_expression);
     END IF;
     RETURN NULL;
 END;
-$_$;
+$$;
 
 --
 -- Name: dead_discard(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -300,6 +403,20 @@ END;
 $$;
 
 --
+-- Name: login_acts_for_all_tenants(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.login_acts_for_all_tenants() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT pg_has_role(session_user, 'pgsched_admin', 'MEMBER')
+        OR pg_has_role(session_user, (SELECT n.nspowner FROM pg_catalog.pg_namespace AS n
+                                       WHERE n.nspname = 'pgsched'), 'MEMBER')
+        OR EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b
+                    WHERE b.role_name = session_user AND b.tenant_id = '*')
+$$;
+
+--
 -- Name: occurrence_is_live(bigint); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -320,17 +437,27 @@ $$;
 CREATE FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) RETURNS text
     LANGUAGE sql STABLE
     AS $$
-    SELECT format(
-        'role %s may only schedule for tenant(s) %s, not %s',
-        session_user,
-        (SELECT string_agg(b.tenant_id, ', ' ORDER BY b.tenant_id)
-           FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user),
-        u.t)
-      FROM unnest(tenant_ids) AS u(t)
-     WHERE EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user)
-       AND NOT EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b
-                        WHERE b.role_name = session_user AND b.tenant_id = coalesce(u.t, 'default'))
-     LIMIT 1
+    SELECT CASE
+        WHEN pgsched.login_acts_for_all_tenants() THEN NULL
+        WHEN NOT EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user)
+            THEN format(
+                'role %s is bound to no tenant, so it may act for none; an admin binds it with: '
+                'INSERT INTO pgsched.producer_tenants (role_name, tenant_id) VALUES (%L, %L)',
+                session_user, session_user::text,
+                CASE WHEN coalesce(tenant_ids[1], 'default') LIKE '\_%' THEN '*'
+                     ELSE coalesce(tenant_ids[1], 'default') END)
+        ELSE (
+            SELECT format(
+                'role %s may only schedule for tenant(s) %s, not %s',
+                session_user,
+                (SELECT string_agg(b.tenant_id, ', ' ORDER BY b.tenant_id)
+                   FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user),
+                u.t)
+              FROM unnest(tenant_ids) AS u(t)
+             WHERE NOT EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b
+                                WHERE b.role_name = session_user AND b.tenant_id = coalesce(u.t, 'default'))
+             LIMIT 1)
+    END
 $$;
 
 --
@@ -418,6 +545,21 @@ CREATE FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp w
         ELSE 'COLD'
     END
     FROM pgsched.settings AS s
+$$;
+
+--
+-- Name: run_at_problem(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.run_at_problem(run_at timestamp with time zone) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE
+        WHEN run_at < '1970-01-01 00:00:00+00' OR run_at >= '9999-01-01 00:00:00+00'
+            OR NOT isfinite(run_at) THEN format(
+            'run_at %s is out of range (1970-01-01 00:00 UTC to 9999-01-01 00:00 UTC)',
+            run_at::text)
+    END
 $$;
 
 --
@@ -895,14 +1037,18 @@ CREATE FUNCTION pgsched.task_content_problem(payload jsonb, metadata jsonb, idem
     AS $$
     SELECT CASE
         WHEN payload IS NULL THEN 'payload must be JSON, got NULL'
-        WHEN metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-            'metadata must be a JSON object'
+        WHEN metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN format(
+            'metadata must be a JSON object, got %s', coalesce(jsonb_typeof(metadata), 'NULL'))
         -- The cap is on the JSON text. Its stored size can be at most ~6x smaller (escapes),
-        -- so only payloads that could be near the cap pay for rendering the text.
+        -- so only values that could be near the cap pay for rendering the text.
         WHEN pg_column_size(payload) * 6 >= max_payload_bytes
              AND octet_length(payload::text) > max_payload_bytes THEN format(
             'payload is %s bytes, over the cap of %s bytes (pgsched.settings.max_payload_bytes)',
             octet_length(payload::text), max_payload_bytes)
+        WHEN pg_column_size(metadata) * 6 >= max_payload_bytes
+             AND octet_length(metadata::text) > max_payload_bytes THEN format(
+            'metadata is %s bytes, over the cap of %s bytes (pgsched.settings.max_payload_bytes)',
+            octet_length(metadata::text), max_payload_bytes)
         WHEN idempotency_key IS NOT NULL AND (idempotency_key = '' OR length(idempotency_key) > 200)
             THEN 'idempotency_key must be 1 to 200 characters'
         WHEN idempotency_key LIKE 'pgsched:%' THEN
@@ -1130,6 +1276,7 @@ CREATE FUNCTION pgsched.task_identity_problem(task_type text, tenant_id text, pr
             'priority %s is out of range (0 to 10)', coalesce(priority::text, 'NULL'))
         WHEN max_attempts IS NULL OR max_attempts < 1 THEN format(
             'max_attempts %s must be at least 1', coalesce(max_attempts::text, 'NULL'))
+        WHEN max_attempts > 1000 THEN format('max_attempts %s is over the limit of 1000', max_attempts)
         WHEN lane IS NOT NULL AND upper(lane) = 'DEAD' THEN
             'lane DEAD cannot be scheduled into: tasks reach it only by failing'
         WHEN lane IS NOT NULL AND upper(lane) NOT IN ('HIGH', 'NORMAL', 'LOW', 'BATCH') THEN format(
@@ -1330,6 +1477,29 @@ BEGIN
       FROM old_rows o
       JOIN new_rows n ON n.id = o.id
      WHERE n.status IS DISTINCT FROM o.status;
+    RETURN NULL;
+END;
+$$;
+
+--
+-- Name: task_refuse_bad_due_times(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_refuse_bad_due_times() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bad record;
+BEGIN
+    SELECT n.id, n.task_type, n.tenant_id, pgsched.run_at_problem(n.next_run_at) AS problem
+      INTO bad
+      FROM new_rows AS n
+     WHERE n.next_run_at < '1970-01-01 00:00:00+00' OR n.next_run_at >= '9999-01-01 00:00:00+00'
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: % (task_type %, tenant_id %)', bad.problem, bad.task_type, bad.tenant_id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     RETURN NULL;
 END;
 $$;
@@ -2354,6 +2524,12 @@ ALTER INDEX pgsched.tasks_pkey ATTACH PARTITION pgsched.tasks_hot_pkey;
 CREATE TRIGGER tasks_record_transitions AFTER UPDATE ON pgsched.tasks REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_record_transitions();
 
 --
+-- Name: tasks tasks_refuse_bad_due_times; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER tasks_refuse_bad_due_times AFTER INSERT ON pgsched.tasks REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_refuse_bad_due_times();
+
+--
 -- Name: schedule_occurrences schedule_occurrences_schedule_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -2376,6 +2552,15 @@ REVOKE ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of ti
 GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_producer;
 GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]) TO pgsched_admin;
 
 --
 -- Name: FUNCTION cron_problem(cron_expression text); Type: ACL; Schema: pgsched; Owner: -
@@ -2433,6 +2618,15 @@ GRANT ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_t
 GRANT ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) TO pgsched_admin;
 
 --
+-- Name: FUNCTION login_acts_for_all_tenants(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.login_acts_for_all_tenants() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.login_acts_for_all_tenants() TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.login_acts_for_all_tenants() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.login_acts_for_all_tenants() TO pgsched_admin;
+
+--
 -- Name: FUNCTION occurrence_is_live(task_id bigint); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2464,6 +2658,15 @@ REVOKE ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of time
 GRANT ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) TO pgsched_producer;
 GRANT ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION run_at_problem(run_at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.run_at_problem(run_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.run_at_problem(run_at timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.run_at_problem(run_at timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.run_at_problem(run_at timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
@@ -2621,6 +2824,14 @@ GRANT ALL ON FUNCTION pgsched.task_promote_due(max_tasks integer, as_of timestam
 REVOKE ALL ON FUNCTION pgsched.task_record_transitions() FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.task_record_transitions() TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.task_record_transitions() TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_refuse_bad_due_times(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_refuse_bad_due_times() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_refuse_bad_due_times() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_refuse_bad_due_times() TO pgsched_admin;
 
 --
 -- Name: FUNCTION task_wake_overdue(older_than interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -

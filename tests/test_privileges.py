@@ -73,6 +73,13 @@ def status_of(conn: psycopg.Connection, task_id: int) -> str:
     return str(row[0])
 
 
+def bind_all_tenants(conn: psycopg.Connection, role_name: str) -> None:
+    conn.execute(
+        "INSERT INTO pgsched.producer_tenants (role_name, tenant_id) VALUES (%s, '*')",
+        (role_name,),
+    )
+
+
 def schedule(login: psycopg.Connection, task_type: str, **kwargs: Any) -> int:
     names = "".join(f", {name} => %({name})s" for name in kwargs)
     row = login.execute(
@@ -116,7 +123,9 @@ RETENTION = "SELECT * FROM pgsched.retention_prune('1 day')"
 def test_producer_schedules_and_cancels_but_reads_and_runs_nothing(
     conn: psycopg.Connection, as_role: AsRole
 ) -> None:
-    _, producer = as_role("pgsched_producer")
+    name, producer = as_role("pgsched_producer")
+    # A trusted service: bound to every tenant (an unbound producer may act for none).
+    bind_all_tenants(conn, name)
 
     one = schedule(producer, "send_email", tenant_id="acme", idempotency_key="welcome:1")
     rows = producer.execute(
@@ -374,7 +383,8 @@ BAD_INPUT = [
 def test_metacharacters_are_refused_clearly_and_write_nothing(
     conn: psycopg.Connection, as_role: AsRole, arguments: dict[str, Any], message: str
 ) -> None:
-    _, producer = as_role("pgsched_producer")
+    name, producer = as_role("pgsched_producer")
+    bind_all_tenants(conn, name)
     before = counts(conn)
     keyed = {**arguments, "idempotency_key": "k1"}
     names = ", ".join(f"{name} => %({name})s" for name in keyed)

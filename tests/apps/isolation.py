@@ -13,8 +13,7 @@ import sys
 import time
 
 from pgsched import App, RetryPolicy, TaskContext
-
-from .dispatch import arecord, record
+from tests.apps.dispatch import arecord, record
 
 app = App()
 
