@@ -35,8 +35,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_backlog, bench_unhealthy, peers, report, suite
-from benchmarks.suite import Plan, stage, step
+from benchmarks import bench_backlog, bench_unhealthy, measure, peers, report, suite
+from benchmarks.measure import step
+from benchmarks.pgserver import DEFAULT_SETTINGS
+from benchmarks.suite import Plan, stage
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,7 +61,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = (
-            suite.REPO / "benchmarks" / "results" / ("suite-quick" if args.quick else "suite-full")
+            measure.REPO
+            / "benchmarks"
+            / "results"
+            / ("suite-quick" if args.quick else "suite-full")
         )
     if args.publish is None:
         args.publish = not args.quick
@@ -80,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "plan": plan.as_dict(),
-        "machine": suite.machine_info(),
-        "loadavg_start": suite.loadavg(),
+        "machine": measure.machine_info(),
+        "loadavg_start": measure.loadavg(),
     }
     m = results["machine"]
     step(
@@ -91,16 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     step("packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items()))
     step("starting a throwaway Postgres (durable: fsync and synchronous_commit on)")
-    server = suite.start_server()
+    server = measure.start_server()
     results["server_settings_why"] = {
-        s.name: {"value": s.value, "why": s.why} for s in suite.SUITE_SETTINGS
+        s.name: {"value": s.value, "why": s.why} for s in DEFAULT_SETTINGS
     }
     try:
-        backlog_dsn = suite.pgsched_database(server, "pgsched_backlog")
-        results["server"] = suite.server_settings(backlog_dsn)
+        backlog_dsn = measure.pgsched_database(server, "pgsched_backlog")
+        results["server"] = measure.server_settings(backlog_dsn)
         run_pgsched_backlog_and_scheduling(backlog_dsn, plan, server, results, skip)
 
-        live = suite.pgsched_database(server, "pgsched_live")
+        live = measure.pgsched_database(server, "pgsched_live")
         if "case3" not in skip:
             with stage(results, "case3"):
                 results["case3"] = suite.case3_throughput(live, plan)
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                     results["peers"].append(peers.run_peer(p, server, plan))
     finally:
         server.stop()
-    results["loadavg_end"] = suite.loadavg()
+    results["loadavg_end"] = measure.loadavg()
     results["total_s"] = round(time.monotonic() - started, 1)
     results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     step(f"done in {results['total_s'] / 60:.1f} min; writing the report")
@@ -156,14 +161,14 @@ def run_pgsched_backlog_and_scheduling(
             # The same drain with no backlog at all, in a second database, while the buffer
             # cache is still full of the backlog's pages: separates what the cold tier costs
             # the claim path from what a full buffer cache costs any workload.
-            control_dsn = suite.pgsched_database(server, "pgsched_control")
+            control_dsn = measure.pgsched_database(server, "pgsched_control")
             cache = bench_backlog.buffer_cache_use(control_dsn)
             step(f"case 2: control: no backlog, buffer cache as the backlog left it: {cache}")
             point = bench_backlog.measure_point(control_dsn, plan, 0)
             point["buffer_cache"] = cache
             c = bench_backlog.control_summary(point, results["case2"])
             results["case2"]["control"] = c
-            suite.note(
+            measure.note(
                 f"control: median {c['median_tasks_per_s']} tasks/s = {c['ratio_to_empty']} of the"
                 f" empty run; the largest backlog runs at {c['largest_to_control']} of the control"
             )
@@ -179,7 +184,7 @@ def run_pgsched_backlog_and_scheduling(
             }
             a = results["case5"]["after_work"]
             chunks = results["case5"]["promotion_chunk"]
-            suite.note(
+            measure.note(
                 f"tasks_hot + indexes: {a['hot_bytes']:,} of {a['total_bytes']:,} bytes ="
                 f" {a['hot_fraction']:.5%}; promotion chunks (first pass / second pass): "
                 + ", ".join(
@@ -195,7 +200,7 @@ def run_pgsched_backlog_and_scheduling(
 
 def note_flatness(c2: dict[str, Any]) -> None:
     for p in c2["points"]:
-        suite.note(
+        measure.note(
             f"backlog {p['backlog']:>12,}: median {p['median_tasks_per_s']} tasks/s,"
             f" ratio {p['ratio_to_empty']}"
         )

@@ -21,8 +21,9 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import suite
-from benchmarks.suite import Plan, drain_line, note, one, step
+from benchmarks import measure
+from benchmarks.measure import drain_line, note, one, step
+from benchmarks.suite import Plan
 
 
 def cold_count(dsn: str) -> int:
@@ -68,7 +69,7 @@ def measure_point(dsn: str, plan: Plan, backlog_label: int) -> dict[str, Any]:
             f" {plan.backlog_tasks:,} no-op tasks, 1 worker process, batch {plan.backlog_batch},"
             f" concurrency {plan.backlog_concurrency}"
         )
-        r = suite.pgsched_drain(
+        r = measure.pgsched_drain(
             dsn,
             plan.backlog_tasks,
             processes=1,
@@ -83,7 +84,7 @@ def measure_point(dsn: str, plan: Plan, backlog_label: int) -> dict[str, Any]:
         "backlog": backlog_label,
         "cold_tasks_present": present,
         "runs": runs,
-        "median_tasks_per_s": suite.median([r.get("tasks_per_s") for r in runs]),
+        "median_tasks_per_s": measure.median([r.get("tasks_per_s") for r in runs]),
     }
 
 

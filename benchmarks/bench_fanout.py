@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,21 +23,14 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.bench_throughput import percentiles
-from benchmarks.pgserver import PgServer
-from pgsched.migrations import migrate
-
-REPO = Path(__file__).resolve().parent.parent
-PGSCHED = [sys.executable, "-m", "pgsched"]
+from benchmarks import measure
+from benchmarks.measure import percentiles
 
 
-def start_worker(dsn: str, lanes: str, extra: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PGSCHED_DSN=dsn)
-    argv = [*PGSCHED, "worker", "--app", "benchmarks.noop_app:app", "--lanes", lanes]
-    argv += ["--poll-interval", "1", "--log-level", "WARNING", *extra]
-    return subprocess.Popen(
-        argv, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
+def start_worker(dsn: str, lanes: str, extra: list[str]) -> measure.Procs:
+    argv = [*measure.pgsched_exe(), "--dsn", dsn, "worker", "--app", measure.NOOP_APP]
+    argv += ["--lanes", lanes, "--poll-interval", "1", "--log-level", "WARNING", *extra]
+    return measure.Procs(f"bench-fanout-{lanes.replace(',', '-')}", [argv]).start()
 
 
 def schedule_probe(
@@ -73,15 +64,14 @@ def wait_until(predicate: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"timed out waiting for {what}")
 
 
-def run(dsn: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
-    migrate(dsn)
+def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO pgsched.tenants (tenant_id, product)"
             " SELECT 't' || g, 'crm' FROM generate_series(1, %s) AS g",
             (args.tenants,),
         )
-        high = start_worker(dsn, "high", ["--concurrency", "16"], logs / "worker-high.log")
+        high = start_worker(dsn, "high", ["--concurrency", "16"])
         bulk = start_worker(
             dsn,
             "normal,batch",
@@ -91,7 +81,6 @@ def run(dsn: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
                 "--batch-rate",
                 str(args.batch_rate),
             ],
-            logs / "worker-batch.log",
         )
         try:
             time.sleep(3)  # both workers up and listening
@@ -154,13 +143,9 @@ def run(dsn: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
             during_until = min(end, fan[1])
             during = percentiles(probe_lateness(conn, start, during_until))
         finally:
-            for proc in (high, bulk):
-                proc.send_signal(signal.SIGTERM)
-            for proc in (high, bulk):
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            for workers in (high, bulk):
+                workers.stop(timeout=30, dsn=dsn)
+                workers.cleanup()
     return {
         "tenants": args.tenants,
         "fan_out_seconds": round(fan_out_s, 2),
@@ -194,25 +179,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.tenants, args.probe_seconds, args.fanout_probe_seconds = 1_000, 8.0, 15.0
-    out = Path(
-        args.out
-        or REPO / "benchmarks" / "results" / ("fanout-quick.json" if args.quick else "fanout.json")
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    logs = out.parent / "fanout-logs"
-    logs.mkdir(exist_ok=True)
+    out = Path(args.out or measure.RESULTS / ("fanout-quick.json" if args.quick else "fanout.json"))
     started = time.monotonic()
-    if args.dsn:
-        result = run(args.dsn, args, logs)
-    else:
-        with PgServer() as pg:
-            result = run(pg.dsn, args, logs)
+    with measure.database(args.dsn) as dsn:
+        result = run(dsn, args)
     result["command"] = " ".join(["python -m benchmarks.bench_fanout", *sys.argv[1:]])
     result["when"] = datetime.now(UTC).isoformat(timespec="seconds")
     result["nproc"] = os.cpu_count()
     result["loadavg_at_end"] = os.getloadavg()
     result["wall_seconds"] = round(time.monotonic() - started, 1)
-    out.write_text(json.dumps(result, indent=2, default=str))
+    measure.write_json(out, result)
     b, d = result["high_lateness_ms_without_fan_out"], result["high_lateness_ms_during_fan_out"]
     print(
         f"fan-out over {result['tenants']} tenants: {result['fan_out_seconds']} s "
@@ -223,7 +199,6 @@ def main() -> None:
             f"HIGH lateness {label}: p50 {p['p50']} p95 {p['p95']} p99 {p['p99']}"
             f" max {p['max']} ms (n={p['n']})"
         )
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -27,38 +27,12 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import suite
-from benchmarks.bench_throughput import percentiles
-from benchmarks.suite import Plan, XactSampler, note, one, step
+from benchmarks import measure
+from benchmarks.measure import XactSampler, note, one, percentiles, step
+from benchmarks.suite import Plan
 
 WINDOW_S = 5.0
 LATENESS_WINDOW_S = 10.0
-
-WATCH = [
-    (
-        "transactions open for long (they hold back VACUUM everywhere)",
-        "SELECT pid, usename, application_name, state, now() - xact_start AS open_for,"
-        " left(query, 60) FROM pg_stat_activity WHERE xact_start < now() - interval '1 minute'"
-        " ORDER BY xact_start;",
-    ),
-    (
-        "what holds the xmin horizon back (sessions, replication slots, prepared transactions)",
-        "SELECT pid, age(backend_xmin) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL"
-        " ORDER BY 2 DESC LIMIT 5; SELECT slot_name, age(xmin) FROM pg_replication_slots;"
-        " SELECT gid, prepared FROM pg_prepared_xacts;",
-    ),
-    (
-        "dead tuples in the claim path and whether autovacuum keeps up",
-        "SELECT n_live_tup, n_dead_tup, last_autovacuum, autovacuum_count,"
-        " pg_size_pretty(pg_total_relation_size(relid)) FROM pg_stat_user_tables"
-        " WHERE schemaname = 'pgsched' AND relname = 'tasks_hot';",
-    ),
-    (
-        "a guard rail: end forgotten sessions before they hurt",
-        "ALTER DATABASE ... SET idle_in_transaction_session_timeout = '60s';"
-        " (and a statement_timeout / transaction_timeout for ad-hoc sessions)",
-    ),
-]
 
 
 class Producer(threading.Thread):
@@ -178,9 +152,9 @@ def windows(samples: list[tuple[float, float]], width: float) -> list[dict[str, 
 
 
 def run(dsn: str, plan: Plan) -> dict[str, Any]:
-    suite.clear_worked_tasks(dsn)
+    measure.clear_worked_tasks(dsn)
     name = "bench-unhealthy"
-    worker = suite.pgsched_workers(dsn, name, 1, 500, 500).start()
+    worker = measure.pgsched_workers(dsn, name, 1, 500, 500).start()
     worker.wait_listening(dsn)
     t0 = time.monotonic()
     producer = Producer(dsn, plan.unhealthy_rate)
@@ -211,7 +185,7 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         probe.stop()
         monitor.stop()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            suite.wait_until(
+            measure.wait_until(
                 lambda: (lambda c: (c == 0, c))(
                     one(conn, "SELECT count(*) FROM pgsched.tasks_hot")
                 ),
@@ -255,7 +229,7 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         if av_at_end is not None and r["autovacuum_count"] > av_at_end:
             first_av_after = round(r["t"] - hold_end, 1)
             break
-    result = {
+    result: dict[str, Any] = {
         "rate_per_s": plan.unhealthy_rate,
         "before_s": plan.unhealthy_before_s,
         "hold_s": plan.unhealthy_hold_s,
@@ -291,7 +265,6 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         "engine_xacts": xacts,
         "worker_exit_codes": codes,
         "worker_warnings": worker.warnings(),
-        "watch": [{"what": w, "sql": q} for w, q in WATCH],
     }
     worker.cleanup()
     p = result["probe"]
@@ -305,15 +278,11 @@ def run(dsn: str, plan: Plan) -> dict[str, Any]:
         f"tasks_hot dead tuples peaked at {dead_peak:,}; first autovacuum after the COMMIT:"
         f" {first_av_after} s; the worker's oldest transaction: {xacts['max_xact_age_s']} s"
     )
-    note("what to watch:")
-    for what, sql in WATCH:
-        note(f"  {what}:")
-        note(f"    {sql}")
     return result
 
 
 def _sleep(
-    seconds: float, worker: suite.Procs, every: float = 0.0, monitor: Monitor | None = None
+    seconds: float, worker: measure.Procs, every: float = 0.0, monitor: Monitor | None = None
 ) -> None:
     end = time.monotonic() + seconds
     last = time.monotonic()

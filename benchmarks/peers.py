@@ -44,21 +44,22 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import suite
-from benchmarks.bench_throughput import percentiles
-from benchmarks.suite import (
+from benchmarks import measure
+from benchmarks.measure import (
     CpuMeter,
     Procs,
     XactSampler,
-    cdf_points,
     db_now,
+    drain_line,
     lateness_figures,
+    lateness_line,
     note,
     one,
     rate_figures,
     step,
     wait_until,
 )
+from benchmarks.suite import Plan
 
 QUEUE = "bench"
 TASK = "noop"
@@ -66,6 +67,7 @@ OUT_ENV = "BENCH_PEER_OUT"
 SPAN_SECONDS = 365 * 86_400
 SCATTER = 2_654_435_761  # as bench_schedule: distinct, scattered due times over the year
 CHUNK = 10_000
+WORKER = [sys.executable, "-m", "benchmarks.peers", "worker"]
 
 
 def backlog_offsets(n: int) -> list[timedelta]:
@@ -144,7 +146,7 @@ class Procrastinate:
 
     @property
     def version(self) -> str:
-        return suite.package_version("procrastinate")
+        return measure.package_version("procrastinate")
 
     def setup(self, dsn: str) -> None:
         asyncio.run(_procrastinate_install(dsn))
@@ -228,21 +230,17 @@ class Procrastinate:
         self, dsn: str, name: str, processes: int, setting: dict[str, Any], out: Path
     ) -> Procs:
         argv = [
-            sys.executable,
-            "-m",
-            "benchmarks.peers",
-            "worker",
+            *WORKER,
             "procrastinate",
             "--dsn",
             dsn,
             "--concurrency",
             str(setting["concurrency"]),
-            "--poll",
-            str(setting.get("poll", 0.1)),
         ]
+        argv += ["--poll", str(setting.get("poll", 0.1))]
         return Procs(name, [argv] * processes, env={OUT_ENV: str(out / "out-{i}.txt")})
 
-    def sweep(self, plan: suite.Plan) -> list[dict[str, Any]]:
+    def sweep(self, plan: Plan) -> list[dict[str, Any]]:
         return [
             {
                 "processes": p,
@@ -335,8 +333,13 @@ async def _pgq_worker(dsn: str, managers: int, batch_size: int, out: str | None)
 
         qms.append(qm)
     loop = asyncio.get_running_loop()
+
+    def stop_all() -> None:
+        for qm in qms:
+            qm.shutdown.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: [qm.shutdown.set() for qm in qms])
+        loop.add_signal_handler(sig, stop_all)
     await asyncio.gather(*(qm.run(batch_size=batch_size) for qm in qms))
     for conn in conns:
         await conn.close()
@@ -351,7 +354,7 @@ class PgQueuer:
 
     @property
     def version(self) -> str:
-        return suite.package_version("pgqueuer")
+        return measure.package_version("pgqueuer")
 
     def setup(self, dsn: str) -> None:
         asyncio.run(_pgq_install(dsn))
@@ -421,22 +424,11 @@ class PgQueuer:
     def workers(
         self, dsn: str, name: str, processes: int, setting: dict[str, Any], out: Path
     ) -> Procs:
-        argv = [
-            sys.executable,
-            "-m",
-            "benchmarks.peers",
-            "worker",
-            "pgqueuer",
-            "--dsn",
-            dsn,
-            "--managers",
-            str(setting["managers"]),
-            "--batch-size",
-            str(setting["batch_size"]),
-        ]
+        argv = [*WORKER, "pgqueuer", "--dsn", dsn, "--managers", str(setting["managers"])]
+        argv += ["--batch-size", str(setting["batch_size"])]
         return Procs(name, [argv] * processes, env={OUT_ENV: str(out / "out-{i}.txt")})
 
-    def sweep(self, plan: suite.Plan) -> list[dict[str, Any]]:
+    def sweep(self, plan: Plan) -> list[dict[str, Any]]:
         return [
             {
                 "processes": p,
@@ -478,7 +470,7 @@ def peer_drain(
     peer.clear(dsn)
     schedule_s = peer.enqueue_now(dsn, n)
     out = Path(tempfile.mkdtemp(prefix=f"{name}-"))
-    pm = suite.postmaster_pid(dsn)
+    pm = measure.postmaster_pid(dsn)
     procs = peer.workers(dsn, name, setting["processes"], setting, out).start()
     sampler = XactSampler(dsn, name)
     sampler.start()
@@ -534,7 +526,7 @@ def peer_lateness(
 ) -> dict[str, Any]:
     n = int(rate * duration)
     peer.clear(dsn)
-    commit_ms = suite.commit_latency(dsn, 20)["ms"]["p50"]
+    commit_ms = measure.commit_latency(dsn, 20)["ms"]["p50"]
     out = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     procs = peer.workers(dsn, name, setting["processes"], setting, out).start()
     stall: list[Any] = []
@@ -593,12 +585,10 @@ def peer_lateness(
     return result
 
 
-def run_peer(peer: Any, server: Any, plan: suite.Plan) -> dict[str, Any]:
+def run_peer(peer: Any, server: Any, plan: Plan) -> dict[str, Any]:
     """Cases 2, 3 and 4 for one peer, in its own database on the suite's server."""
-    from benchmarks.suite import drain_line, lateness_line
-
     dbname = "peer_" + peer.name.lower()
-    dsn = suite.create_database(server, dbname)
+    dsn = measure.create_database(server, dbname)
     peer.setup(dsn)
     out: dict[str, Any] = {"system": peer.name, "version": peer.version, "database": dbname}
     settings = peer.sweep(plan)
@@ -662,7 +652,7 @@ def run_peer(peer: Any, server: Any, plan: suite.Plan) -> dict[str, Any]:
                 "backlog": backlog,
                 **points_meta,
                 "runs": reps,
-                "median_tasks_per_s": suite.median([r.get("tasks_per_s") for r in reps]),
+                "median_tasks_per_s": measure.median([r.get("tasks_per_s") for r in reps]),
             }
         )
     base = points[0]["median_tasks_per_s"] if points else None
@@ -762,5 +752,3 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-__all__ = ["PEERS", "PgQueuer", "Procrastinate", "cdf_points", "percentiles", "run_peer"]

@@ -51,7 +51,12 @@ DEFAULT_SETTINGS: tuple[Setting, ...] = (
     Setting("wal_buffers", "64MB", "large multi-row inserts do not stall on a full WAL buffer"),
     Setting("maintenance_work_mem", "512MB", "VACUUM and index builds work in memory"),
     Setting("work_mem", "64MB", "per-chunk sorts and hashes of 50k rows stay in memory"),
-    Setting("max_connections", "50", "a benchmark needs a handful; fewer slots, less memory"),
+    Setting(
+        "max_connections",
+        "200",
+        "two worker processes, the peers' pools (procrastinate: concurrency + 2 per worker), "
+        "probes and samplers",
+    ),
     Setting("log_checkpoints", "on", "the server log shows whether checkpoints hit the run"),
 )
 
@@ -215,7 +220,3 @@ class PgServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def settings_dict(settings: tuple[Setting, ...] = DEFAULT_SETTINGS) -> dict[str, dict[str, str]]:
-    return {s.name: {"value": s.value, "why": s.why} for s in settings}

@@ -57,15 +57,16 @@ SELECT pgsched.timezone_problem(%(timezone)s) AS problem;
 -- done_by: the task that already completed this (tenant, type, key); its run is a no-op.
 -- payload and metadata travel as JSON text: the worker decodes them only if a handler
 -- reads them (many never read metadata; a no-op never reads either).
+-- Column names are TaskRow's field names: the worker binds them by name.
 SELECT
     c.id,
     c.task_type,
     c.tenant_id,
     c.payload::text AS payload_json,
     c.metadata::text AS metadata_json,
-    c.attempts,
+    c.attempts AS attempt,
     c.max_attempts,
-    c.next_run_at,
+    c.next_run_at AS scheduled_for,
     c.lane,
     c.priority,
     c.idempotency_key,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from worker_helpers import run_cli
@@ -37,7 +38,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("values", "message"), REFUSED)
-def test_worker_config_refuses_with_the_option_named(values: dict, message: str) -> None:
+def test_worker_config_refuses_with_the_option_named(values: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as refused:
         WorkerConfig(**values)
     assert message in str(refused.value)

@@ -2,6 +2,11 @@
 
 A thread, not a coroutine, so that a handler hogging the event loop (CPU-bound code in an
 `async def`) cannot starve it: a task that is still running keeps its lease.
+
+Its connection is its own, opened before the worker's pool (so a server short of slots
+starves the pool, never the heartbeat), and checked before each beat: one that died idle
+(`idle_session_timeout`, a killed backend) is replaced and the beat sent at once, not a
+round later.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 import psycopg
 
 from pgsched.queries import query
+from pgsched.worker.connections import looks_dead
 
 log = logging.getLogger("pgsched.worker.leases")
 
@@ -27,6 +33,7 @@ class LeaseKeeper(threading.Thread):
         self._held: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
 
     def hold(self, task_id: int, lease_token: Any) -> None:
         with self._lock:
@@ -39,27 +46,52 @@ class LeaseKeeper(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
 
+    def connect(self) -> None:
+        """Open the heartbeat's connection now (else at the first beat that needs it)."""
+        try:
+            self._connection()
+        except psycopg.Error as exc:
+            log.warning("heartbeat connection not open yet (%s); retrying at each beat", exc)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or looks_dead(self._conn):
+            if self._conn is not None:
+                self._conn.close()
+                log.info("heartbeat connection lost; reconnecting")
+            self._conn = None
+            self._conn = psycopg.connect(self._dsn, autocommit=True)
+        return self._conn
+
+    def _beat(self, held: dict[int, Any]) -> list[Any]:
+        params = {"task_ids": list(held), "lease_tokens": list(held.values()), "lease": self._lease}
+        try:
+            return self._connection().execute(query("task_heartbeat_many"), params).fetchall()
+        except psycopg.OperationalError as exc:
+            # Died between the check and the beat: one more try on a new connection.
+            log.info("heartbeat connection lost (%s); reconnecting", exc)
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            return self._connection().execute(query("task_heartbeat_many"), params).fetchall()
+
     def run(self) -> None:
-        conn: psycopg.Connection[Any] | None = None
         while not self._stop_event.wait(self._interval):
             with self._lock:
                 held = dict(self._held)
             if not held:
                 continue
             try:
-                if conn is None or conn.closed:
-                    conn = psycopg.connect(self._dsn, autocommit=True)
-                rows = conn.execute(
-                    query("task_heartbeat_many"),
-                    {
-                        "task_ids": list(held),
-                        "lease_tokens": list(held.values()),
-                        "lease": self._lease,
-                    },
-                ).fetchall()
+                rows = self._beat(held)
             except psycopg.Error as exc:
-                log.warning("heartbeat failed (%s); retrying", exc)
-                conn = None
+                log.warning(
+                    "heartbeat for %d tasks failed (%s); retrying (tasks %s)",
+                    len(held),
+                    exc,
+                    ",".join(map(str, list(held)[:20])),
+                )
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
                 continue
             kept = {row[0] for row in rows}
             for task_id in held.keys() - kept:
@@ -69,5 +101,5 @@ class LeaseKeeper(threading.Thread):
                     # Either lost, or locked by its own outcome write at this moment (skipped);
                     # the outcome's compare-and-set decides which, and records a stale one.
                     log.debug("task %s: lease not renewed this round", task_id)
-        if conn is not None:
-            conn.close()
+        if self._conn is not None:
+            self._conn.close()

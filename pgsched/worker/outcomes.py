@@ -8,6 +8,12 @@ the claims instead of growing the next flush.
 If the database is unreachable the outcomes stay buffered and are retried; should the
 leases expire meanwhile, the tasks run again (at least once) and the late reports are
 recorded as stale, never applied.
+
+If the database refuses a flush for what it holds (not for a lost connection), the batch is
+written again one outcome at a time, so one bad row never blocks the others: the row it
+still refuses is recorded as FAILED with a safe reason (its SQLSTATE), and logged.
+Error text is made storable before it is sent: Postgres text holds no NUL and only valid
+UTF-8.
 """
 
 from __future__ import annotations
@@ -37,14 +43,40 @@ class Outcome:
     retry_delay: timedelta | None = None
 
 
+def storable_text(text: str) -> str:
+    """`text` as Postgres can store it: NUL written as the text \\x00, and
+    what is not valid UTF-8 (lone surrogates from undecodable bytes) replaced."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = text.encode(errors="replace").decode()
+    return text
+
+
 def finish_params(outcomes: list[Outcome]) -> dict[str, Any]:
     return {
         "task_ids": [o.task_id for o in outcomes],
         "lease_tokens": [o.lease_token for o in outcomes],
         "outcomes": [o.outcome for o in outcomes],
-        "errors": [o.error for o in outcomes],
+        "errors": [None if o.error is None else storable_text(o.error) for o in outcomes],
         "retry_delays": [o.retry_delay for o in outcomes],
     }
+
+
+def is_connection_trouble(exc: BaseException) -> bool:
+    """True when a statement failed for the connection (retry it later), False when the
+    database refused what the statement carried (retrying it as is cannot help)."""
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def refused_outcome(outcome: Outcome, exc: BaseException) -> Outcome:
+    """What is recorded instead of an outcome the database refused."""
+    code = getattr(getattr(exc, "diag", None), "sqlstate", None) or type(exc).__name__
+    return Outcome(
+        outcome.task_id, outcome.lease_token, "FAILED", f"outcome could not be stored: {code}"
+    )
 
 
 class OutcomeBuffer:
@@ -100,18 +132,72 @@ class OutcomeBuffer:
             self._arrived.clear()
             self._full.clear()
             try:
-                async with self._pool.connection() as conn:
-                    cur = await conn.execute(query("task_finish_many"), finish_params(batch))
-                    rows = await cur.fetchall()
-            except psycopg.Error as exc:
+                rows = await self._write(batch)
+            except asyncio.CancelledError:
+                # Stopping mid-flush: the batch goes back for the final flush (refused as
+                # stale if this write did land), never lost with the cancelled task.
+                self._items[:0] = batch
+                raise
+            except Exception as exc:
+                if not is_connection_trouble(exc):
+                    # Refused for what it carries: write the rows one at a time.
+                    unwritten = await self._write_one_by_one(batch, exc)
+                    if not unwritten:
+                        continue
+                    batch = unwritten
                 log.warning("writing %d outcomes failed (%s); retrying", len(batch), exc)
                 self._items[:0] = batch
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            if len(self._items) < self._flush_size:
-                self._roomy.set()
-            self.flushed += len(batch)
-            applied = {task_id for task_id, ok in rows if ok}
-            self.stale += len(batch) - len(applied)
-            self._on_flushed(batch, applied)
+            self._written(batch, rows)
+
+    async def _write(self, batch: list[Outcome]) -> list[tuple[int, bool]]:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(query("task_finish_many"), finish_params(batch))
+            return await cur.fetchall()
+
+    def _written(self, batch: list[Outcome], rows: list[tuple[int, bool]]) -> None:
+        if len(self._items) < self._flush_size:
+            self._roomy.set()
+        self.flushed += len(batch)
+        applied = {task_id for task_id, ok in rows if ok}
+        self.stale += len(batch) - len(applied)
+        self._on_flushed(batch, applied)
+
+    async def _write_one_by_one(self, batch: list[Outcome], cause: BaseException) -> list[Outcome]:
+        """Write a refused batch row by row; returns the rows left unwritten when the
+        connection failed meanwhile (to be retried with the rest)."""
+        log.warning(
+            "the database refused %d outcomes (%s); writing them one by one", len(batch), cause
+        )
+        for n, outcome in enumerate(batch):
+            try:
+                self._written([outcome], await self._write([outcome]))
+                continue
+            except asyncio.CancelledError:
+                self._items[:0] = batch[n:]
+                raise
+            except Exception as exc:
+                if is_connection_trouble(exc):
+                    return batch[n:]
+                refusal = exc
+            safe = refused_outcome(outcome, refusal)
+            log.error(
+                "task %s: outcome refused by the database (%s: %s); recording %s instead",
+                outcome.task_id,
+                outcome.outcome,
+                str(refusal).strip(),
+                safe.error,
+            )
+            try:
+                self._written([safe], await self._write([safe]))
+            except asyncio.CancelledError:
+                self._items[:0] = [safe, *batch[n + 1 :]]
+                raise
+            except Exception as exc:
+                if is_connection_trouble(exc):
+                    return [safe, *batch[n + 1 :]]
+                # Not even the safe reason: the lease expires and the rescue takes the task.
+                log.error("task %s: no outcome could be stored (%s)", outcome.task_id, exc)
+        return []

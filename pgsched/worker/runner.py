@@ -53,11 +53,14 @@ def retry_outcome(task: TaskRow, policy: RetryPolicy, error: str) -> Outcome:
 
 
 class ConnectionSource:
-    """Hands transactional handlers a pooled connection and takes it back."""
+    """Hands transactional handlers a pooled connection in an open transaction and takes
+    it back. A connection that failed on the way (killed backend, idle timeout, network)
+    is closed before it goes back, so the pool discards it and never hands it out again."""
 
-    def __init__(self, async_pool: Any, sync_pool_factory: Callable[[], Any]) -> None:
+    def __init__(self, async_pool: Any, sync_pool: Any | None) -> None:
         self._async_pool = async_pool
-        self._sync_pool_factory = sync_pool_factory
+        # Made once at start by the worker, when a plain transactional handler exists.
+        self._sync_pool = sync_pool
 
     async def acquire(self, is_async: bool, tenant_id: str) -> Any:
         """A connection in an open transaction whose `pgsched.tenant_id` setting is the
@@ -65,14 +68,27 @@ class ConnectionSource:
         params = {"tenant_id": tenant_id}
         if is_async:
             conn = await self._async_pool.getconn()
-            # The pool's connections are autocommit; this one holds a transaction.
-            await conn.set_autocommit(False)
-            await conn.execute(query("session_tenant_set"), params)
+            try:
+                # The pool's connections are autocommit; this one holds a transaction.
+                await conn.set_autocommit(False)
+                await conn.execute(query("session_tenant_set"), params)
+            except BaseException:
+                await conn.close()
+                await self._async_pool.putconn(conn)
+                raise
             return conn
+        pool = self._sync_pool
+        if pool is None:
+            raise RuntimeError("no connection pool for plain transactional handlers")
 
         def acquire_sync() -> Any:
-            conn = self._sync_pool_factory().getconn()
-            conn.execute(query("session_tenant_set"), params)
+            conn = pool.getconn()
+            try:
+                conn.execute(query("session_tenant_set"), params)
+            except BaseException:
+                conn.close()
+                pool.putconn(conn)
+                raise
             return conn
 
         return await asyncio.to_thread(acquire_sync)
@@ -84,22 +100,33 @@ class ConnectionSource:
             row = await cur.fetchone()
         return row[0] if row else None
 
-    async def release(self, conn: Any, is_async: bool, *, commit: bool) -> None:
+    async def release(self, conn: Any, is_async: bool, *, commit: bool) -> Exception | None:
+        """Commit (or roll back) and give the connection back; returns the error when
+        ending the transaction failed (the connection is then discarded)."""
         if is_async:
+            failure: Exception | None = None
             try:
                 await (conn.commit() if commit else conn.rollback())
                 await conn.set_autocommit(True)
-            finally:
-                await self._async_pool.putconn(conn)
-            return
+            except Exception as exc:
+                failure = exc
+                await conn.close()
+            await self._async_pool.putconn(conn)
+            return failure
+        pool = self._sync_pool
+        assert pool is not None  # acquire would have failed without it
 
-        def finish() -> None:
+        def finish() -> Exception | None:
+            failure: Exception | None = None
             try:
                 conn.commit() if commit else conn.rollback()
-            finally:
-                self._sync_pool_factory().putconn(conn)
+            except Exception as exc:
+                failure = exc
+                conn.close()
+            pool.putconn(conn)
+            return failure
 
-        await asyncio.to_thread(finish)
+        return await asyncio.to_thread(finish)
 
 
 class TaskRunner:
@@ -124,7 +151,20 @@ class TaskRunner:
         self._connections = connections
 
     async def run(self, task: TaskRow) -> None:
+        """Run `task` to exactly one outcome, whatever fails on the way."""
         running_task.set(task)
+        try:
+            await self._run(task)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A fault outside the handler's steps (the worker's own code, a connection):
+            # the task still ends in an outcome. Should one have been recorded already,
+            # this second report is refused by the lease's compare-and-set as stale.
+            log.error("task %s: worker fault: %r; retrying later", task.id, exc, exc_info=exc)
+            self._record(retry_outcome(task, RetryPolicy(), "worker fault: " + describe(exc)))
+
+    async def _run(self, task: TaskRow) -> None:
         if task.scope != "tenant":
             await self._fan_out(task)
             return
@@ -150,7 +190,16 @@ class TaskRunner:
             ctx = TaskContext(task, self._worker_id, dsn=self._dsn)
             self._record(await self._lifecycle(registration, ctx))
             return
-        conn = await self._connections.acquire(registration.is_async, task.tenant_id)
+        await self._run_transactional(registration, task)
+
+    async def _run_transactional(self, registration: Registration, task: TaskRow) -> None:
+        try:
+            conn = await self._connections.acquire(registration.is_async, task.tenant_id)
+        except Exception as exc:
+            log.warning("task %s: no connection for its transaction (%s); retrying", task.id, exc)
+            error = "no connection for the handler's transaction: " + describe(exc)
+            self._record(retry_outcome(task, registration.retry, error))
+            return
         committed = False
         try:
             ctx = TaskContext(task, self._worker_id, conn, dsn=self._dsn)
@@ -160,8 +209,15 @@ class TaskRunner:
             else:
                 self._record(outcome)
         finally:
-            await self._connections.release(conn, registration.is_async, commit=committed)
-        if committed:
+            failure = await self._connections.release(conn, registration.is_async, commit=committed)
+        if failure is not None and committed:
+            # The work and its completion may or may not have committed: a retry's report
+            # is refused as stale if they did; if not, the work runs again.
+            log.warning("task %s: commit failed (%s); retrying", task.id, failure)
+            self._record(
+                retry_outcome(task, registration.retry, "commit failed: " + describe(failure))
+            )
+        elif committed:
             self._written(task.id)
 
     async def _fan_out(self, task: TaskRow) -> None:

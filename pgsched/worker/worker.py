@@ -9,6 +9,7 @@ of whatever was running expire and are rescued as usual.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -27,7 +28,9 @@ from pgsched.queries import query
 from pgsched.recurring import arm_after_task
 from pgsched.sweeps import Sweeper
 from pgsched.worker.claim_loop import LaneLoop
+from pgsched.worker.claims import claim_many
 from pgsched.worker.config import WorkerConfig
+from pgsched.worker.connections import async_pool, open_async_pool, sync_pool
 from pgsched.worker.gc_tuning import tune_gc_for_throughput
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.ledger import LedgerWriter
@@ -82,13 +85,6 @@ class Worker:
         log.info("signal received: no new claims; finishing running tasks")
         self.request_stop()
 
-    def _sync_pool_factory(self) -> ConnectionPool:
-        if self._sync_pool is None:
-            self._sync_pool = ConnectionPool(
-                self.dsn, min_size=1, max_size=self.config.concurrency, open=True
-            )
-        return self._sync_pool
-
     async def run(self, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
@@ -100,18 +96,34 @@ class Worker:
         concurrency = sum(self.config.lane_settings(lane).concurrency for lane in lanes)
         # Claims, next-due queries, outcome flushes and ledger writes are short: a few
         # connections serve them. Only transactional handlers hold one for their whole run.
-        transactional = any(r.transactional for r in self.registry.registrations())
-        pool = AsyncConnectionPool(
+        transactional = [r for r in self.registry.registrations() if r.transactional]
+        # The heartbeat's own connection first, then the listener's: with few server slots
+        # the pool runs short, never the lease renewals.
+        keeper = LeaseKeeper(self.dsn, self.config.lease_seconds)
+        await asyncio.to_thread(keeper.connect)
+        keeper.start()
+        wakeups = Wakeups(self.dsn, lanes)
+        listen = asyncio.create_task(wakeups.run(), name="pgsched-listen")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wakeups.connected.wait(), 2.0)
+        pool = async_pool(
             self.dsn,
             min_size=len(lanes) + 2,
             max_size=2 * len(lanes) + 4 + (concurrency if transactional else 0),
             # Every hot-path call is one statement: autocommit spares a BEGIN and a COMMIT.
             kwargs={"autocommit": True},
-            open=False,
         )
-        await pool.open(wait=True)
-        keeper = LeaseKeeper(self.dsn, self.config.lease_seconds)
-        keeper.start()
+        if any(not r.is_async for r in transactional):
+            # Made once, here: plain transactional handlers share it from many threads.
+            self._sync_pool = sync_pool(self.dsn, self.config.concurrency)
+        if not await open_async_pool(pool, self._stop_requested):
+            listen.cancel()
+            keeper.stop()
+            await pool.close()
+            if self._sync_pool is not None:
+                self._sync_pool.close()
+            log.info("worker %s stopped before it could start", self.worker_id)
+            return
         buffer = OutcomeBuffer(
             pool,
             self.config.flush_size,
@@ -132,7 +144,7 @@ class Worker:
             )
             for lane in lanes
         }
-        connections = ConnectionSource(pool, self._sync_pool_factory)
+        connections = ConnectionSource(pool, self._sync_pool)
         runners = {
             lane.value: TaskRunner(
                 self.worker_id,
@@ -148,23 +160,18 @@ class Worker:
             )
             for lane in lanes
         }
-        wakeups = Wakeups(self.dsn, lanes)
 
         async def claim(lane: Lane, n: int) -> list[TaskRow]:
             async with pool.connection() as conn:
-                cur = await conn.execute(
-                    query("task_claim_many"),
-                    {
-                        "lane": lane.value,
-                        "max_tasks": n,
-                        "worker": self.worker_id,
-                        "lease": self._lease,
-                    },
+                tasks, undecodable = await claim_many(
+                    conn, lane.value, n, self.worker_id, self._lease
                 )
-                rows = await cur.fetchall()
-            tasks = [TaskRow(*row) for row in rows]
             for task in tasks:
                 keeper.hold(task.id, task.lease_token)
+            for row in undecodable:
+                # Claimed, never runnable: it fails alone; its batch-mates run.
+                log.error("task %s: %s; failing it", row.id, row.reason)
+                buffer.add(Outcome(row.id, row.lease_token, "FAILED", row.reason))
             return tasks
 
         async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
@@ -205,7 +212,7 @@ class Worker:
         self._lane_loops = {lp.lane.value: lp for lp in loops}
         watchdog = LoopStallWatchdog(loop, self.config.stall_threshold, self._blocking_task)
         background = [
-            asyncio.create_task(wakeups.run(), name="pgsched-listen"),
+            listen,
             asyncio.create_task(buffer.run(), name="pgsched-outcomes"),
             asyncio.create_task(ledger.run(), name="pgsched-ledger"),
             asyncio.create_task(self._rescue_loop(pool), name="pgsched-rescue"),

@@ -13,7 +13,8 @@ import sys
 import time
 
 from pgsched import App, RetryPolicy, TaskContext
-from tests.apps.dispatch import arecord, record
+
+from .dispatch import arecord, record
 
 app = App()
 

@@ -1,0 +1,161 @@
+"""Claimed rows into `TaskRow`s: bound by column name, decoded one row at a time.
+
+The claim query's columns are matched to `TaskRow`'s fields by name once per statement
+(not per row), so reordering or adding a column in `task_claim_many` cannot shift a value
+into the wrong field; a missing one is an error naming it.
+
+A claimed row is already PROCESSING under this worker's lease when Python decodes it. A
+value Postgres accepts but Python cannot represent (a time before year 1 or after 9999)
+would make the driver fail the whole fetch, stranding the batch until its leases expire.
+When that happens, the result (already received) is decoded again with the time columns
+through a guard that turns such a value into an `Undecodable` marker, and the row into an
+`UndecodableRow`: that task fails alone with its reason, its batch-mates run. The usual
+claim pays nothing for the guard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Buffer, Loader, Transformer
+from psycopg.pq import Format
+
+from pgsched.handlers import TaskRow
+from pgsched.queries import query
+
+TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskRow))
+_GUARDED_TYPES = ("timestamptz", "timestamp", "date")
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A value the driver could not turn into a Python object."""
+
+    text: str
+    error: str
+
+
+@dataclass(frozen=True)
+class UndecodableRow:
+    """A claimed row that cannot become a TaskRow; what its failure records."""
+
+    id: int
+    lease_token: Any
+    reason: str
+
+
+@functools.cache
+def _guarded(inner_cls: type[Any]) -> type[Loader]:
+    class GuardedLoader(Loader):
+        format = inner_cls.format
+
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._inner = inner_cls(oid, context)
+
+        def load(self, data: Buffer) -> Any:
+            try:
+                return self._inner.load(data)
+            except (psycopg.DataError, ValueError, OverflowError) as exc:
+                if self.format == Format.TEXT:
+                    text = bytes(data).decode(errors="replace")
+                else:
+                    text = bytes(data).hex()
+                return Undecodable(text, str(exc))
+
+    return GuardedLoader
+
+
+def guard_times(cursor: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> None:
+    """Decode the time columns of what `cursor` fetches through the guard."""
+    adapters = cursor.adapters
+    for name in _GUARDED_TYPES:
+        info = adapters.types[name]
+        for fmt in (Format.TEXT, Format.BINARY):
+            inner = adapters.get_loader(info.oid, fmt)
+            if inner is not None:
+                adapters.register_loader(info.oid, _guarded(inner))
+
+
+def _layout(cursor: Any) -> tuple[list[str], list[int]]:
+    """The claim's column names, and where each TaskRow field is among them."""
+    names = [column.name for column in cursor.description or []]
+    missing = [name for name in TASK_FIELDS if name not in names]
+    if missing:
+        raise LookupError(f"the claim returned no column {', '.join(missing)}")
+    return names, [names.index(name) for name in TASK_FIELDS]
+
+
+def task_rows(cursor: Any) -> Callable[[Sequence[Any]], TaskRow]:
+    """A psycopg row factory: each claimed row as a TaskRow, its columns bound by name."""
+    names, order = _layout(cursor)
+    if order == list(range(len(names))):
+        # The usual case: the columns are the fields, in order. Checked once per claim.
+        def in_order(values: Sequence[Any]) -> TaskRow:
+            return TaskRow(*values)
+
+        return in_order
+
+    def reordered(values: Sequence[Any]) -> TaskRow:
+        return TaskRow(*[values[n] for n in order])
+
+    return reordered
+
+
+def guarded_task_rows(cursor: Any) -> Callable[[Sequence[Any]], TaskRow | UndecodableRow]:
+    """Like `task_rows`, for a result decoded through `guard_times`: a row holding an
+    `Undecodable` value becomes an UndecodableRow."""
+    names, _ = _layout(cursor)
+    make = task_rows(cursor)
+    id_at, token_at = names.index("id"), names.index("lease_token")
+
+    def guarded(values: Sequence[Any]) -> TaskRow | UndecodableRow:
+        for n, value in enumerate(values):
+            if type(value) is Undecodable:
+                reason = f"undecodable row: {names[n]} = {value.text!r} ({value.error})"
+                return UndecodableRow(values[id_at], values[token_at], reason)
+        return make(values)
+
+    return guarded
+
+
+async def claim_many(
+    conn: psycopg.AsyncConnection[Any], lane: str, max_tasks: int, worker: str, lease: Any
+) -> tuple[list[TaskRow], list[UndecodableRow]]:
+    """Claim up to `max_tasks` due tasks of `lane`: the rows to run, and the ones that
+    cannot be decoded (claimed too: the caller records their failure)."""
+    cur = await conn.execute(
+        query("task_claim_many"),
+        {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
+    )
+    try:
+        rows = await cur.fetchall()
+    except psycopg.DataError:
+        return _decode_guarded(conn, cur)
+    # Bound by name, checked once per claim: the usual result's columns are TaskRow's
+    # fields in order, and its rows go to TaskRow as they are (the cost of positional).
+    names, order = _layout(cur)
+    if order == list(range(len(names))):
+        return [TaskRow(*row) for row in rows], []
+    return [TaskRow(*[row[n] for n in order]) for row in rows], []
+
+
+def _decode_guarded(
+    conn: psycopg.AsyncConnection[Any], cur: psycopg.AsyncCursor[Any]
+) -> tuple[list[TaskRow], list[UndecodableRow]]:
+    # Rare: decode the result (already received, already committed) again, time columns
+    # through the guard. The usual path above pays nothing for this.
+    result = cur.pgresult
+    assert result is not None
+    context = conn.cursor()
+    guard_times(context)
+    transformer = Transformer(context)
+    transformer.set_pgresult(result)
+    rows = transformer.load_rows(0, result.ntuples, guarded_task_rows(cur))
+    tasks = [row for row in rows if type(row) is TaskRow]
+    return tasks, [row for row in rows if type(row) is UndecodableRow]
