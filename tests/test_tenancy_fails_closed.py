@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 
 def psql_binary() -> str:
@@ -58,13 +58,12 @@ def login(db_dsn: str, conn: psycopg.Connection) -> Iterator[Callable[[str], str
 @pytest.fixture
 def psql(db_dsn: str) -> Psql:
     """psql(role, statement): one `psql -c` as that login; the completed process."""
-    params = conninfo_to_dict(db_dsn)
 
     def _psql(role: str, statement: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [
                 PSQL,
-                make_conninfo(**{**params, "user": role}),
+                make_conninfo(db_dsn, user=role),
                 "-X",
                 "-At",
                 "-v",

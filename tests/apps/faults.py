@@ -37,7 +37,13 @@ def surrogate_error(ctx: TaskContext) -> None:
 
 
 # A retry delay no timestamp can hold: the database refuses the whole outcome row.
-@app.handler("retry_beyond_time", retry=RetryPolicy(base_seconds=1e13, cap_seconds=1e13, jitter=0))
+# RetryPolicy refuses such a cap (30 days at most), so the values are set past its checks.
+BEYOND_TIME = RetryPolicy(jitter=0)
+object.__setattr__(BEYOND_TIME, "base_seconds", 1e13)
+object.__setattr__(BEYOND_TIME, "cap_seconds", 1e13)
+
+
+@app.handler("retry_beyond_time", retry=BEYOND_TIME)
 async def retry_beyond_time(ctx: TaskContext) -> None:
     raise RuntimeError("try again in three hundred thousand years")
 
