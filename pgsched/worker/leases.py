@@ -7,12 +7,18 @@ Its connection is its own, opened before the worker's pool (so a server short of
 starves the pool, never the heartbeat), and checked before each beat: one that died idle
 (`idle_session_timeout`, a killed backend) is replaced and the beat sent at once, not a
 round later.
+
+A lease that cannot be renewed two rounds in a row is lost (the task was rescued and
+belongs to another worker, or finished elsewhere): it is dropped at once, never renewed
+again, and `on_lost` is told (the worker cancels the task's handler). One missed round
+alone proves nothing: the renewal skips a row its own outcome write holds locked.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -23,14 +29,20 @@ from pgsched.worker.connections import looks_dead
 
 log = logging.getLogger("pgsched.worker.leases")
 
+LOST_AFTER_MISSED_ROUNDS = 2
+
 
 class LeaseKeeper(threading.Thread):
-    def __init__(self, dsn: str, lease_seconds: float) -> None:
+    def __init__(
+        self, dsn: str, lease_seconds: float, on_lost: Callable[[int], object] | None = None
+    ) -> None:
         super().__init__(name="pgsched-heartbeat", daemon=True)
         self._dsn = dsn
         self._lease = timedelta(seconds=lease_seconds)
         self._interval = max(lease_seconds / 3, 0.2)
         self._held: dict[int, Any] = {}
+        self._missed: dict[int, int] = {}
+        self._on_lost = on_lost
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
@@ -42,6 +54,7 @@ class LeaseKeeper(threading.Thread):
     def drop(self, task_id: int) -> None:
         with self._lock:
             self._held.pop(task_id, None)
+            self._missed.pop(task_id, None)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -94,12 +107,22 @@ class LeaseKeeper(threading.Thread):
                 self._conn = None
                 continue
             kept = {row[0] for row in rows}
-            for task_id in held.keys() - kept:
-                with self._lock:
-                    still_held = self._held.get(task_id) == held[task_id]
-                if still_held:
-                    # Either lost, or locked by its own outcome write at this moment (skipped);
-                    # the outcome's compare-and-set decides which, and records a stale one.
-                    log.debug("task %s: lease not renewed this round", task_id)
+            lost = []
+            with self._lock:
+                for task_id in kept:
+                    self._missed.pop(task_id, None)
+                for task_id in held.keys() - kept:
+                    if self._held.get(task_id) != held[task_id]:
+                        continue  # its outcome was written meanwhile
+                    # Either lost, or locked by its own outcome write at this moment (skipped).
+                    missed = self._missed[task_id] = self._missed.get(task_id, 0) + 1
+                    if missed >= LOST_AFTER_MISSED_ROUNDS:
+                        del self._held[task_id], self._missed[task_id]
+                        lost.append(task_id)
+            for task_id in lost:
+                if self._on_lost is not None:
+                    self._on_lost(task_id)
+                else:
+                    log.warning("task %s: lease lost; no longer renewed", task_id)
         if self._conn is not None:
             self._conn.close()

@@ -231,7 +231,10 @@ class TaskRunner:
             self._record(retry_outcome(task, RetryPolicy(), describe(exc)))
             return
         if tenants is None:
-            log.warning("task %s: lease lost before fan-out", task.id)
+            log.warning("%s: lease lost before fan-out; not fanned out", describe_task(task))
+            # Recorded as the stale report it is; once written, the lease is no longer held
+            # (nor heartbeated).
+            self._record(Outcome(task.id, task.lease_token, "RELEASED", "lease lost"))
             return
         log.info("task %s fanned out to %s tenants", task.id, tenants)
         self._written(task.id)

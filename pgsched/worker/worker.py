@@ -99,7 +99,11 @@ class Worker:
         transactional = [r for r in self.registry.registrations() if r.transactional]
         # The heartbeat's own connection first, then the listener's: with few server slots
         # the pool runs short, never the lease renewals.
-        keeper = LeaseKeeper(self.dsn, self.config.lease_seconds)
+        keeper = LeaseKeeper(
+            self.dsn,
+            self.config.lease_seconds,
+            on_lost=lambda task_id: loop.call_soon_threadsafe(self._on_lease_lost, task_id),
+        )
         await asyncio.to_thread(keeper.connect)
         keeper.start()
         wakeups = Wakeups(self.dsn, lanes)
@@ -306,7 +310,8 @@ class Worker:
         stuck = self.stuck_threads
         limit = self.config.max_stuck_threads
         log.warning(
-            "%s: timed out, but its thread %s still runs it (Python cannot stop a thread); "
+            "%s: its attempt is over, but thread %s still runs its handler (Python cannot "
+            "stop a thread); "
             "stuck threads: %d in lane %s, %d in this worker (limit %d)",
             describe_task(task),
             thread,
@@ -336,6 +341,22 @@ class Worker:
         lane_loop = self._lane_loops.get(pool.lane)
         if lane_loop is not None:
             lane_loop.capacity_changed()
+
+    def _on_lease_lost(self, task_id: int) -> None:
+        """On the loop: the heartbeat found the task's lease gone (rescued, or taken by
+        another worker). Its result could no longer be recorded: cancel the handler."""
+        running = self._running.get(task_id)
+        if running is None:
+            log.warning("task %s: lease lost; no longer renewed", task_id)
+            return
+        handle, task = running
+        log.warning(
+            "%s: lease lost (another worker or the rescue owns the task now); no longer "
+            "renewed, handler cancelled",
+            describe_task(task),
+        )
+        self._recurring.discard(task_id)
+        handle.cancel()
 
     def _blocking_task(self, loop: asyncio.AbstractEventLoop) -> str:
         """From the watchdog's thread: the task whose coroutine holds the loop. Reads

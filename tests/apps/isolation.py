@@ -9,6 +9,7 @@ start in ``public.worker_test_log`` (see tests/apps/dispatch.py).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 
@@ -67,3 +68,11 @@ async def raises_base_async(ctx: TaskContext) -> None:
 def raises_base_sync(ctx: TaskContext) -> None:
     record(ctx, "start")
     raise_base(ctx.payload["raise"])
+
+
+@app.handler("holds_a_lease")
+async def holds_a_lease(ctx: TaskContext) -> None:
+    """Works payload['seconds'] s; records 'end' only if nobody stopped it first."""
+    await arecord(ctx, "start")
+    await asyncio.sleep(ctx.payload["seconds"])
+    await arecord(ctx, "end")
