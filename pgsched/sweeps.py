@@ -22,6 +22,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -29,12 +30,24 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
+from pgsched.option_checks import require_int, require_seconds
 from pgsched.queries import query
 from pgsched.recurring import ScheduleRow, arm
 
 log = logging.getLogger("pgsched.sweeps")
 
 LEADER_LOCK_KEY = 0x70677363686564 + 1  # "pgsched" + 1: the sweep leader
+
+
+CHUNK_TIMINGS = 1000
+
+
+def check_sweep(sweep: Any) -> None:
+    """A chunk of 0 would promote nothing and loop forever; a zero interval would spin."""
+    require_seconds(f"{sweep.name} sweep interval", sweep.interval)
+    for size in ("chunk", "batch"):
+        if hasattr(sweep, size):
+            require_int(f"{sweep.name} sweep {size}", getattr(sweep, size), 1)
 
 
 class Sweep(Protocol):
@@ -49,7 +62,11 @@ class PromotionSweep:
     interval: float = 3600.0
     chunk: int = 10_000
     name: str = "promotion"
-    chunk_seconds: list[float] = field(default_factory=list)
+    # The last chunks' durations (a bounded window: a sweeper runs for months).
+    chunk_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=CHUNK_TIMINGS))
+
+    def __post_init__(self) -> None:
+        check_sweep(self)
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         promoted = chunks = 0
@@ -72,6 +89,9 @@ class RecurringSweep:
     batch: int = 500
     name: str = "recurring"
 
+    def __post_init__(self) -> None:
+        check_sweep(self)
+
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         armed = skipped = 0
         while True:
@@ -93,6 +113,9 @@ class RescueSweep:
     chunk: int = 1_000
     overdue_after: timedelta = timedelta(minutes=1)
     name: str = "rescue"
+
+    def __post_init__(self) -> None:
+        check_sweep(self)
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         promoted_late = rescued = 0
@@ -126,6 +149,9 @@ class RetentionSweep:
     keep: timedelta = timedelta(days=30)
     chunk: int = 10_000
     name: str = "retention"
+
+    def __post_init__(self) -> None:
+        check_sweep(self)
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         # Counted by what was deleted: tasks, events, idempotency keys, recurring

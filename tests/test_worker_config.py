@@ -13,6 +13,13 @@ from worker_helpers import run_cli
 
 from pgsched.errors import ConfigError, PgschedError
 from pgsched.lanes import Lane
+from pgsched.sweeps import (
+    CHUNK_TIMINGS,
+    PromotionSweep,
+    RecurringSweep,
+    RescueSweep,
+    RetentionSweep,
+)
 from pgsched.worker import LaneSettings, WorkerConfig
 
 REFUSED = [
@@ -93,3 +100,30 @@ def test_gc_tuning_is_one_named_function_with_the_worker_settings() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "(20000, 20, 100) True"
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: PromotionSweep(chunk=0), "promotion sweep chunk must be at least 1 (got 0)"),
+        (lambda: RescueSweep(chunk=-1), "rescue sweep chunk must be at least 1 (got -1)"),
+        (lambda: RetentionSweep(chunk=0), "retention sweep chunk must be at least 1 (got 0)"),
+        (lambda: RecurringSweep(batch=0), "recurring sweep batch must be at least 1 (got 0)"),
+        (
+            lambda: PromotionSweep(interval=0.0),
+            "promotion sweep interval must be more than 0 seconds (got 0)",
+        ),
+    ],
+)
+def test_sweeps_refuse_a_chunk_that_would_loop_forever(build: Any, message: str) -> None:
+    """A chunk of 0 promotes (or prunes) nothing, and `moved < chunk` never ends the loop."""
+    with pytest.raises(ConfigError) as refused:
+        build()
+    assert message in str(refused.value)
+
+
+def test_the_promotion_sweep_keeps_a_bounded_window_of_chunk_timings() -> None:
+    sweep = PromotionSweep()
+    for _ in range(CHUNK_TIMINGS + 500):
+        sweep.chunk_seconds.append(0.001)
+    assert len(sweep.chunk_seconds) == CHUNK_TIMINGS

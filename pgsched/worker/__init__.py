@@ -6,7 +6,10 @@ leases.py    the heartbeat thread that keeps leases alive whatever handlers do
 outcomes.py  the buffer that writes completions and failures in batches
 ledger.py    the completed-work ledger of keyed tasks, written in batches after execute
 runner.py    one task through validate / before_execute / execute / after_execute
-lanes.py     one claim loop per lane: claim, start, sleep until the next due time
+claim_loop.py  one claim loop per lane: claim, start, sleep until the next due time
+threads.py   each lane's own thread pool for plain handlers; stuck threads counted
+stall.py     the watchdog that names a task blocking the event loop
+gc_tuning.py the garbage-collector settings of a worker process
 worker.py    wires them together; graceful shutdown on SIGTERM / SIGINT
 """
 

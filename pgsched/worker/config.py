@@ -8,11 +8,11 @@ message names the command-line option and the value given.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from pgsched.errors import ConfigError
 from pgsched.lanes import Lane
+from pgsched.option_checks import require_int, require_rate, require_seconds
 
 # The option each field is set by on `pgsched worker`: refusals name what the operator typed.
 OPTION_NAMES = {
@@ -30,33 +30,6 @@ OPTION_NAMES = {
     "stall_threshold": "--stall-threshold",
     "wakeup_debounce": "--wakeup-debounce",
 }
-
-
-def require_int(option: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{option} must be a whole number (got {value!r})")
-    if value < minimum:
-        raise ConfigError(f"{option} must be at least {minimum} (got {value})")
-
-
-def require_seconds(
-    option: str, value: object, *, minimum: float = 0.0, zero_ok: bool = False
-) -> None:
-    """A finite number of seconds, above `minimum` (or equal to it when `zero_ok`)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{option} must be a number of seconds (got {value!r})")
-    if not math.isfinite(value):
-        raise ConfigError(f"{option} must be a finite number of seconds (got {value})")
-    if value < minimum or (value == minimum and not zero_ok):
-        bound = f"at least {minimum:g}" if zero_ok else f"more than {minimum:g}"
-        raise ConfigError(f"{option} must be {bound} seconds (got {value:g})")
-
-
-def require_rate(option: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{option} must be a number of tasks per second (got {value!r})")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{option} must be a positive number of tasks per second (got {value})")
 
 
 @dataclass(frozen=True)
