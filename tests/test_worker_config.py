@@ -83,7 +83,7 @@ def test_the_worker_command_refuses_bad_options_without_a_traceback(
     db_env: dict[str, str], argv: list[str], message: str
 ) -> None:
     done = run_cli(db_env, "worker", "--app", "tests.apps.dispatch:app", *argv, timeout=30)
-    assert done.returncode != 0
+    assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
 
