@@ -8,6 +8,7 @@ error that is none of these is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +45,6 @@ class CliState:
 
 
 def with_connect_timeout(dsn: str) -> str:
-    import os
-
     if "connect_timeout" in conninfo_to_dict(dsn) or os.environ.get("PGCONNECT_TIMEOUT"):
         return dsn
     return make_conninfo(dsn, connect_timeout=CONNECT_TIMEOUT_S)
