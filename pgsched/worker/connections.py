@@ -41,6 +41,10 @@ def looks_dead(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> 
 class CheckedAsyncPool(AsyncConnectionPool):
     """An AsyncConnectionPool whose checkout discards connections that died idle."""
 
+    # What open_async_pool grows the pool to once it holds its first connection.
+    target_min_size = 1
+    target_max_size = 1
+
     async def getconn(self, timeout: float | None = None) -> Any:
         while True:
             conn = await super().getconn(timeout)
@@ -84,20 +88,25 @@ def _gave_up(pool: Any) -> None:
 
 
 def async_pool(dsn: str, min_size: int, max_size: int, **kwargs: Any) -> CheckedAsyncPool:
-    """The worker's async pool, not opened yet (see `open_async_pool`)."""
-    return CheckedAsyncPool(
+    """The worker's async pool, not opened yet (see `open_async_pool`, which opens it with
+    one connection and then grows it to `min_size`)."""
+    pool = CheckedAsyncPool(
         dsn,
-        min_size=min_size,
-        max_size=max_size,
+        min_size=1,
+        max_size=1,
         open=False,
         reconnect_failed=_gave_up,
         **kwargs,
     )
+    pool.target_min_size = min_size
+    pool.target_max_size = max_size
+    return pool
 
 
 def sync_pool(dsn: str, max_size: int) -> CheckedPool:
-    """The pool of plain transactional handlers: opened at once, filled in the background."""
-    return CheckedPool(dsn, min_size=1, max_size=max_size, open=True, reconnect_failed=_gave_up)
+    """The pool of plain transactional handlers, made once and opened at start; it holds
+    no connection until such a handler runs (a server slot is not kept for nothing)."""
+    return CheckedPool(dsn, min_size=0, max_size=max_size, open=True, reconnect_failed=_gave_up)
 
 
 async def open_async_pool(
@@ -118,16 +127,19 @@ async def open_async_pool(
             backoff = min(backoff * 2, 10.0)
     else:
         return False
-    await asyncio.sleep(0)
+    # Only now grow: opened together, several connections racing for the last free slot
+    # can all be refused, again and again (each counts the others while they start up).
+    target = pool.target_min_size
+    await pool.resize(target, max(target, pool.target_max_size))
     deadline = asyncio.get_running_loop().time() + settle
     while asyncio.get_running_loop().time() < deadline:
-        if pool.get_stats().get("pool_available", 0) >= pool.min_size:
+        if pool.get_stats().get("pool_available", 0) >= target:
             return True
         await asyncio.sleep(0.05)
     log.warning(
         "connection slots short: opened %s of the pool's %s connections; running with what "
         "there is, growing as the server frees slots",
         pool.get_stats().get("pool_available", 0),
-        pool.min_size,
+        target,
     )
     return True
