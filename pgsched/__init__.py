@@ -5,7 +5,7 @@ from pgsched.errors import InvalidTaskError, PgschedError, TaskNotFoundError, Ta
 from pgsched.handlers import TaskContext, TaskHandler
 from pgsched.lanes import Lane
 from pgsched.retry import RetryPolicy
-from pgsched.tasks import TaskSpec
+from pgsched.tasks import ScheduledTask, TaskSpec
 
 __version__ = "0.1.0"
 
@@ -15,6 +15,7 @@ __all__ = [
     "Lane",
     "PgschedError",
     "RetryPolicy",
+    "ScheduledTask",
     "TaskContext",
     "TaskHandler",
     "TaskNotFoundError",

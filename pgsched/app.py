@@ -25,7 +25,7 @@ from pgsched.errors import InvalidTaskError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
-from pgsched.tasks import TaskSpec
+from pgsched.tasks import ScheduledTask, TaskSpec
 
 SCHEDULE_CHUNK = 20_000
 
@@ -134,8 +134,9 @@ class App:
         scope: str = "tenant",
         product: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
-    ) -> int:
-        """Schedule one task; returns its id (the existing id for a repeated key).
+    ) -> ScheduledTask:
+        """Schedule one task; returns its id, with `.created` False when the tenant's
+        idempotency key already named a task (that task's id; nothing changed).
 
         scope="product" (with product=...) or scope="global" runs it once for every active
         tenant of that product, or of all products, each tenant with its own outcome."""
@@ -167,9 +168,13 @@ class App:
         }
         with self._connection(conn) as c:
             try:
-                return int(_value(c, "task_schedule_one", params, "task_id"))
+                with c.cursor(row_factory=dict_row) as cur:
+                    row = cur.execute(query("task_schedule_one"), params).fetchone()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
+        if row is None:
+            raise RuntimeError("statement 'task_schedule_one' returned no row")
+        return ScheduledTask(row["task_id"], row["created"])
 
     def schedule_many(
         self,
@@ -177,13 +182,14 @@ class App:
         *,
         conn: psycopg.Connection[Any] | None = None,
         chunk_size: int = SCHEDULE_CHUNK,
-    ) -> list[int]:
+    ) -> list[ScheduledTask]:
         """Schedule many tasks through the bulk SQL path, in chunks, in one transaction.
 
-        Returns the task ids in input order. One invalid task refuses the whole call.
+        Returns the task ids in input order, each with `.created` (False: an idempotent
+        duplicate). One invalid task refuses the whole call.
         """
         specs = [_spec(task, index) for index, task in enumerate(tasks)]
-        ids: list[int] = []
+        ids: list[ScheduledTask] = []
         with self._connection(conn) as c:
             try:
                 with c.transaction():
@@ -194,7 +200,9 @@ class App:
         return ids
 
     @staticmethod
-    def _schedule_chunk(conn: psycopg.Connection[Any], specs: list[TaskSpec]) -> list[int]:
+    def _schedule_chunk(
+        conn: psycopg.Connection[Any], specs: list[TaskSpec]
+    ) -> list[ScheduledTask]:
         def column(values: list[Any]) -> list[Any] | None:
             # An all-default column travels as NULL: less to send, same result.
             return None if all(v is None for v in values) else values
@@ -213,7 +221,8 @@ class App:
         cur = conn.execute(query("task_schedule_many"), params, binary=True)
         # By name, but without an object per row: a chunk is 20,000 rows on the bulk path.
         task_id = column_index(cur, "task_id")
-        return [row[task_id] for row in cur.fetchall()]
+        created = column_index(cur, "created")
+        return [ScheduledTask(row[task_id], row[created]) for row in cur.fetchall()]
 
     def schedule_recurring(
         self,

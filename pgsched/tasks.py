@@ -90,3 +90,28 @@ class TaskSpec(BaseModel):
         if upper not in {"HIGH", "NORMAL", "LOW", "BATCH"}:
             raise ValueError(f"unknown lane {value!r} (one of HIGH, NORMAL, LOW, BATCH)")
         return upper
+
+
+class ScheduledTask(int):
+    """A scheduled task's id that also says whether this call created the task.
+
+    `created` is False for an idempotent duplicate: the tenant's key already named a task,
+    whose id this is, and nothing changed. It is an int, so code that only wants the id
+    keeps working.
+    """
+
+    created: bool
+
+    def __new__(cls, task_id: int, created: bool) -> ScheduledTask:
+        scheduled = super().__new__(cls, task_id)
+        scheduled.created = created
+        return scheduled
+
+    def __getnewargs__(self) -> tuple[int, bool]:  # type: ignore[override]
+        return (int(self), self.created)
+
+    def __str__(self) -> str:
+        return int.__repr__(self)
+
+    def __repr__(self) -> str:
+        return f"ScheduledTask({int(self)}, created={self.created})"

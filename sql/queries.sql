@@ -22,7 +22,10 @@ FROM
 ORDER BY s.ordinal;
 
 -- name: task_schedule_one
-SELECT pgsched.schedule_task(
+SELECT
+    s.task_id,
+    s.created
+FROM pgsched.schedule_task_ex(
     task_type => %(task_type)s,
     payload => %(payload)s,
     run_at => %(run_at)s,
@@ -34,7 +37,7 @@ SELECT pgsched.schedule_task(
     metadata => %(metadata)s,
     scope => %(scope)s,
     product => %(product)s
-) AS task_id;
+) AS s;
 
 -- name: task_cancel
 SELECT pgsched.cancel_task(%(task_id)s, %(reason)s) AS task_id;

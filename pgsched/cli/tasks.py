@@ -91,7 +91,8 @@ def schedule(
     product: str | None,
     misfire: str,
 ) -> None:
-    """Schedule a task (prints its id), or with --cron a recurring schedule (prints
+    """Schedule a task (prints "created task N", or "task N already exists ..." for an
+    idempotent duplicate), or with --cron a recurring schedule (prints
     "schedule N"; --tz is its IANA zone, default UTC)."""
     if cron_expression is not None and when is not None:
         raise click.UsageError("--at and --cron exclude each other")
@@ -137,7 +138,14 @@ def schedule(
         scope=scope,
         product=product,
     )
-    click.echo(task_id)
+    if task_id.created:
+        click.echo(f"created task {task_id}")
+    else:
+        owner = tenant if scope == "tenant" else "_all"
+        click.echo(
+            f"task {task_id} already exists for key {idempotency_key} (tenant {owner});"
+            " nothing changed"
+        )
 
 
 @click.command()
