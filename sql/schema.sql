@@ -268,6 +268,10 @@ CREATE FUNCTION pgsched.dead_retry(task_id bigint DEFAULT NULL::bigint, task_typ
     AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
+    h record;
+    tier text;
+    retried_ids bigint[];
+    wake pgsched.task_lane[];
 BEGIN
     IF num_nonnulls(dead_retry.task_id, dead_retry.task_type) + (CASE WHEN all_tasks THEN 1 ELSE 0 END) <> 1 THEN
         RAISE EXCEPTION 'pgsched: dead_retry needs exactly one of task_id, task_type or all_tasks'
@@ -278,22 +282,25 @@ BEGIN
         RAISE EXCEPTION 'pgsched: task % is not in the DEAD lane', dead_retry.task_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    RETURN QUERY
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    tier := pgsched.tier_of(t, h.immediate_until, h.hot_until);
     WITH retried AS (
         UPDATE pgsched.tasks AS tk
-           SET status = 'QUEUED', attempts = 0, next_run_at = t, status_reason = dead_retry.reason,
-               updated_at = t
+           SET status = pgsched.tier_status(tier), attempts = 0, next_run_at = t,
+               status_reason = dead_retry.reason, updated_at = t
          WHERE tk.status = 'FAILED'
            AND (dead_retry.all_tasks
                 OR tk.id = dead_retry.task_id
                 OR tk.task_type = dead_retry.task_type)
         RETURNING tk.id, tk.lane
-    ),
-    woken AS (
-        SELECT pg_notify('pgsched_' || lower(l.lane::text), '')
-          FROM (SELECT DISTINCT r.lane FROM retried AS r) AS l
     )
-    SELECT r.id FROM retried AS r LEFT JOIN (SELECT count(*) AS n FROM woken) AS w ON TRUE;
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'), coalesce(array_agg(DISTINCT r.lane), '{}')
+      INTO retried_ids, wake
+      FROM retried AS r;
+    IF tier = 'IMMEDIATE' THEN
+        PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
+    END IF;
+    RETURN QUERY SELECT u.id FROM unnest(retried_ids) AS u(id);
 END;
 $$;
 
@@ -356,9 +363,11 @@ CREATE FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane DEFAULT NULL
     AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
+    h record;
     rescued integer := 0;
     wake pgsched.task_lane[];
 BEGIN
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
     FOR attempt IN 1..5 LOOP
         BEGIN
             WITH expired AS MATERIALIZED (
@@ -373,8 +382,10 @@ BEGIN
             ),
             moved AS (
                 UPDATE pgsched.tasks AS tk
-                   SET status = (CASE WHEN tk.attempts >= tk.max_attempts THEN 'FAILED' ELSE 'QUEUED' END
-                       )::pgsched.task_status,
+                   SET status = CASE
+                           WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
+                           ELSE pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
+                       END,
                        status_reason = CASE
                            WHEN tk.attempts >= tk.max_attempts
                                THEN format('worker lost: lease expired, attempts exhausted (%s of %s)',
@@ -387,9 +398,12 @@ BEGIN
                        updated_at = t
                   FROM expired
                  WHERE tk.id = expired.id AND tk.status = 'PROCESSING'
-                RETURNING tk.lane, tk.status
+                RETURNING tk.lane, tk.status, tk.next_run_at
             )
-            SELECT count(*), coalesce(array_agg(DISTINCT m.lane) FILTER (WHERE m.status = 'QUEUED'), '{}')
+            SELECT count(*),
+                   coalesce(array_agg(DISTINCT m.lane) FILTER (
+                       WHERE m.status = 'QUEUED'
+                         AND pgsched.tier_of(m.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
               INTO rescued, wake
               FROM moved AS m;
             PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
@@ -539,12 +553,8 @@ $$;
 CREATE FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE sql STABLE
     AS $$
-    SELECT CASE
-        WHEN run_at - coalesce(as_of, now()) < s.immediate_window THEN 'IMMEDIATE'
-        WHEN run_at - coalesce(as_of, now()) < s.hot_window THEN 'HOT'
-        ELSE 'COLD'
-    END
-    FROM pgsched.settings AS s
+    SELECT pgsched.tier_of(route.run_at, h.immediate_until, h.hot_until)
+      FROM pgsched.tier_horizons(route.as_of) AS h
 $$;
 
 --
@@ -744,17 +754,34 @@ $$;
 --
 
 CREATE FUNCTION pgsched.schedule_task(task_type text, payload jsonb DEFAULT '{}'::jsonb, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, tenant_id text DEFAULT 'default'::text, priority integer DEFAULT 5, idempotency_key text DEFAULT NULL::text, max_attempts bigint DEFAULT 3, lane text DEFAULT NULL::text, metadata jsonb DEFAULT '{}'::jsonb, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, scope text DEFAULT 'tenant'::text, product text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT e.task_id
+      FROM pgsched.schedule_task_ex(
+          schedule_task.task_type, schedule_task.payload, schedule_task.run_at, schedule_task.tenant_id,
+          schedule_task.priority, schedule_task.idempotency_key, schedule_task.max_attempts,
+          schedule_task.lane, schedule_task.metadata, schedule_task.as_of, schedule_task.scope,
+          schedule_task.product) AS e
+$$;
+
+--
+-- Name: schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_task_ex(task_type text, payload jsonb DEFAULT '{}'::jsonb, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, tenant_id text DEFAULT 'default'::text, priority integer DEFAULT 5, idempotency_key text DEFAULT NULL::text, max_attempts bigint DEFAULT 3, lane text DEFAULT NULL::text, metadata jsonb DEFAULT '{}'::jsonb, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, scope text DEFAULT 'tenant'::text, product text DEFAULT NULL::text) RETURNS TABLE(task_id bigint, created boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     cfg pgsched.settings;
+    h record;
     t timestamptz := coalesce(as_of, now());
     due timestamptz := coalesce(run_at, t);
     owner text := CASE WHEN coalesce(scope, 'tenant') = 'tenant' THEN coalesce(tenant_id, 'default') ELSE '_all' END;
     problem text;
     new_id bigint;
-    existing bigint;
+    tier text;
     task_lane pgsched.task_lane;
 BEGIN
     -- The single path: the same checks, routing and key rules as schedule_tasks, in three
@@ -765,39 +792,42 @@ BEGIN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
     END IF;
     problem := pgsched.task_input_problem(
-        schedule_task.task_type, coalesce(schedule_task.payload, '{}'), owner,
-        coalesce(schedule_task.priority, 5), coalesce(schedule_task.max_attempts, 3),
-        schedule_task.lane, coalesce(schedule_task.metadata, '{}'), schedule_task.idempotency_key,
-        cfg.max_payload_bytes, coalesce(schedule_task.scope, 'tenant'), schedule_task.product);
+        schedule_task_ex.task_type, coalesce(schedule_task_ex.payload, '{}'), owner,
+        coalesce(schedule_task_ex.priority, 5), coalesce(schedule_task_ex.max_attempts, 3),
+        schedule_task_ex.lane, coalesce(schedule_task_ex.metadata, '{}'), schedule_task_ex.idempotency_key,
+        cfg.max_payload_bytes, coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product);
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
     new_id := nextval('pgsched.task_id_seq');
-    IF schedule_task.idempotency_key IS NOT NULL THEN
+    IF schedule_task_ex.idempotency_key IS NOT NULL THEN
         INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
-        VALUES (owner, schedule_task.idempotency_key, new_id, t)
+        VALUES (owner, schedule_task_ex.idempotency_key, new_id, t)
         ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
-            SELECT k.task_id INTO existing FROM pgsched.idempotency_keys AS k
-             WHERE k.tenant_id = owner AND k.idempotency_key = schedule_task.idempotency_key;
-            RETURN existing;
+            RETURN QUERY
+            SELECT k.task_id, FALSE FROM pgsched.idempotency_keys AS k
+             WHERE k.tenant_id = owner AND k.idempotency_key = schedule_task_ex.idempotency_key;
+            RETURN;
         END IF;
     END IF;
-    task_lane := pgsched.lane_for(coalesce(schedule_task.priority, 5), schedule_task.lane);
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    tier := pgsched.tier_of(due, h.immediate_until, h.hot_until);
+    task_lane := pgsched.lane_for(coalesce(schedule_task_ex.priority, 5), schedule_task_ex.lane);
     INSERT INTO pgsched.tasks (
         id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane, status,
         max_attempts, idempotency_key, scope, product, created_at, updated_at
     ) VALUES (
-        new_id, owner, schedule_task.task_type, due, coalesce(schedule_task.payload, '{}'),
-        coalesce(schedule_task.metadata, '{}'), coalesce(schedule_task.priority, 5), task_lane,
-        (CASE WHEN due - t < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
-        coalesce(schedule_task.max_attempts, 3), schedule_task.idempotency_key,
-        coalesce(schedule_task.scope, 'tenant'), schedule_task.product, t, t
+        new_id, owner, schedule_task_ex.task_type, due, coalesce(schedule_task_ex.payload, '{}'),
+        coalesce(schedule_task_ex.metadata, '{}'), coalesce(schedule_task_ex.priority, 5), task_lane,
+        pgsched.tier_status(tier),
+        coalesce(schedule_task_ex.max_attempts, 3), schedule_task_ex.idempotency_key,
+        coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product, t, t
     );
-    IF due - t < cfg.immediate_window THEN
+    IF tier = 'IMMEDIATE' THEN
         PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
     END IF;
-    RETURN new_id;
+    RETURN QUERY SELECT new_id, TRUE;
 END;
 $$;
 
@@ -1122,12 +1152,12 @@ CREATE FUNCTION pgsched.task_finish_many(task_ids bigint[], lease_tokens uuid[],
 DECLARE
     -- The statement's own clock: in a handler's transaction now() is when the work began.
     t timestamptz := coalesce(as_of, clock_timestamp());
-    cfg pgsched.settings;
+    h record;
     bad text;
     done bigint[];
     wake pgsched.task_lane[];
 BEGIN
-    SELECT * INTO cfg FROM pgsched.settings;
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
     SELECT u.outcome INTO bad
       FROM unnest(outcomes) AS u(outcome)
      WHERE u.outcome IS NULL OR u.outcome NOT IN ('COMPLETED', 'RETRY', 'FAILED', 'RELEASED')
@@ -1140,13 +1170,14 @@ BEGIN
     WITH finished AS (
         UPDATE pgsched.tasks AS tk
            SET status = (CASE
-                   WHEN u.outcome = 'COMPLETED' THEN 'COMPLETED'
-                   WHEN u.outcome = 'FAILED' THEN 'FAILED'
-                   WHEN u.outcome = 'RELEASED' THEN 'QUEUED'
-                   WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'
-                   WHEN coalesce(u.delay, '0') >= cfg.hot_window THEN 'PENDING'
-                   ELSE 'QUEUED'
-               END)::pgsched.task_status,
+                   WHEN u.outcome = 'COMPLETED' THEN 'COMPLETED'::pgsched.task_status
+                   WHEN u.outcome = 'FAILED' THEN 'FAILED'::pgsched.task_status
+                   WHEN u.outcome = 'RELEASED'
+                       THEN pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
+                   WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
+                   ELSE pgsched.tier_status(
+                       pgsched.tier_of(t + coalesce(u.delay, '0'), h.immediate_until, h.hot_until))
+               END),
                attempts = CASE WHEN u.outcome = 'RELEASED' THEN tk.attempts - 1 ELSE tk.attempts END,
                next_run_at = CASE
                    WHEN u.outcome = 'RETRY' AND tk.attempts < tk.max_attempts
@@ -1178,7 +1209,8 @@ BEGIN
     )
     SELECT coalesce(array_agg(f.id), '{}'),
            coalesce(array_agg(DISTINCT f.lane) FILTER (
-               WHERE f.status = 'QUEUED' AND f.next_run_at - t < cfg.immediate_window), '{}')
+               WHERE f.status = 'QUEUED'
+                 AND pgsched.tier_of(f.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
       INTO done, wake
       FROM finished AS f;
     -- A retry due soon wakes its lane, so it runs when due and not at the next backup poll.
@@ -1311,13 +1343,13 @@ CREATE FUNCTION pgsched.task_insert_many(task_types text[], payloads jsonb[], ru
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    cfg pgsched.settings;
+    h record;
     n integer := coalesce(cardinality(task_types), 0);
     ids bigint[];
     created_ids bigint[];
     wake_lanes pgsched.task_lane[];
 BEGIN
-    SELECT * INTO cfg FROM pgsched.settings;
+    SELECT * INTO h FROM pgsched.tier_horizons(as_of);
     -- Ids are drawn up front so each input row knows its would-be id.
     ids := ARRAY(SELECT nextval('pgsched.task_id_seq') FROM generate_series(1, n));
 
@@ -1354,14 +1386,15 @@ BEGIN
             status, max_attempts, idempotency_key, scope, product, created_at, updated_at
         )
         SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
-               (CASE WHEN i.run_at - as_of < cfg.hot_window THEN 'QUEUED' ELSE 'PENDING' END)::pgsched.task_status,
+               pgsched.tier_status(pgsched.tier_of(i.run_at, h.immediate_until, h.hot_until)),
                i.max_attempts, i.idempotency_key, i.scope, i.product, as_of, as_of
           FROM input AS i
          WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
         RETURNING tk.id, tk.lane, tk.next_run_at
     )
     SELECT coalesce(array_agg(x.id), '{}'),
-           coalesce(array_agg(DISTINCT x.lane) FILTER (WHERE x.next_run_at - as_of < cfg.immediate_window), '{}')
+           coalesce(array_agg(DISTINCT x.lane) FILTER (
+               WHERE pgsched.tier_of(x.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
       INTO created_ids, wake_lanes
       FROM inserted AS x;
 
@@ -1396,16 +1429,13 @@ CREATE FUNCTION pgsched.task_promote_due(max_tasks integer DEFAULT 10000, as_of 
     AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
-    cfg pgsched.settings;
+    h record;
     horizon timestamptz;
     promoted integer;
     wake pgsched.task_lane[];
 BEGIN
-    SELECT * INTO cfg FROM pgsched.settings;
-    -- In seconds, as 0005's interval comparison counted: a '1 day' window is 24 hours
-    -- even across a DST change in the session's time zone.
-    horizon := t + extract(epoch FROM coalesce(task_promote_due.within, cfg.hot_window))
-        * interval '1 second';
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    horizon := coalesce(t + extract(epoch FROM task_promote_due.within) * INTERVAL '1 second', h.hot_until);
     WITH due AS MATERIALIZED (
         SELECT tk.id
           FROM pgsched.tasks AS tk
@@ -1426,7 +1456,9 @@ BEGIN
          WHERE tk.id = due.id AND tk.status = 'PENDING'
         RETURNING tk.lane, tk.next_run_at
     )
-    SELECT count(*), coalesce(array_agg(DISTINCT m.lane) FILTER (WHERE m.next_run_at - t < cfg.immediate_window), '{}')
+    SELECT count(*),
+           coalesce(array_agg(DISTINCT m.lane) FILTER (
+               WHERE pgsched.tier_of(m.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
       INTO promoted, wake
       FROM moved AS m;
     PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
@@ -1575,6 +1607,43 @@ BEGIN
     END IF;
     RETURN tenant_set_active.tenant_id;
 END;
+$$;
+
+--
+-- Name: tier_horizons(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.tier_horizons(as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(immediate_until timestamp with time zone, hot_until timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(as_of, now()) + extract(epoch FROM s.immediate_window) * INTERVAL '1 second',
+           coalesce(as_of, now()) + extract(epoch FROM s.hot_window) * INTERVAL '1 second'
+      FROM pgsched.settings AS s
+$$;
+
+--
+-- Name: tier_of(timestamp with time zone, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE
+        WHEN run_at < immediate_until THEN 'IMMEDIATE'
+        WHEN run_at < hot_until THEN 'HOT'
+        ELSE 'COLD'
+    END
+$$;
+
+--
+-- Name: tier_status(text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.tier_status(tier text) RETURNS pgsched.task_status
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    -- Enum constants, not a text-to-enum cast (only STABLE): keeps it inlinable.
+    SELECT CASE WHEN tier = 'COLD' THEN 'PENDING'::pgsched.task_status ELSE 'QUEUED'::pgsched.task_status END
 $$;
 
 --
@@ -2710,6 +2779,15 @@ GRANT ALL ON FUNCTION pgsched.schedule_task(task_type text, payload jsonb, run_a
 GRANT ALL ON FUNCTION pgsched.schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) TO pgsched_admin;
 
 --
+-- Name: FUNCTION schedule_task_ex(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_task_ex(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.schedule_task_ex(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.schedule_task_ex(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) TO pgsched_admin;
+
+--
 -- Name: FUNCTION schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2854,6 +2932,33 @@ GRANT ALL ON FUNCTION pgsched.tenant_add(tenant_id text, product text, metadata 
 
 REVOKE ALL ON FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) TO pgsched_admin;
+
+--
+-- Name: FUNCTION tier_horizons(as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.tier_horizons(as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.tier_horizons(as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.tier_horizons(as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.tier_horizons(as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION tier_status(tier text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.tier_status(tier text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.tier_status(tier text) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.tier_status(tier text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.tier_status(tier text) TO pgsched_admin;
 
 --
 -- Name: FUNCTION timezone_problem(timezone text); Type: ACL; Schema: pgsched; Owner: -

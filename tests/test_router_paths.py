@@ -108,10 +108,12 @@ def test_single_bulk_and_recurring_scheduling_agree_with_route(
     ).fetchone()[0]
     assert_routed(conn, listener, single, AS_OF, "schedule_task")
 
-    ex_id, created = conn.execute(
+    ex = conn.execute(
         "SELECT task_id, created FROM pgsched.schedule_task_ex('probe', run_at => %s, as_of => %s)",
         (due, AS_OF),
     ).fetchone()
+    assert ex is not None
+    ex_id, created = ex
     assert created is True
     assert_routed(conn, listener, ex_id, AS_OF, "schedule_task_ex")
 
