@@ -1,8 +1,15 @@
 """The claim path stays on the hot partition however large the cold backlog grows.
 
-One database, seeded once for the module with a million cold (PENDING) rows and a few
-thousand hot (QUEUED/PROCESSING) ones, then ANALYZEd; the claim-side queries are EXPLAINed
-and every relation their plans touch must be tasks_hot or one of its indexes.
+One database, seeded once for the module with two million cold (PENDING) rows and a few
+thousand hot (QUEUED/PROCESSING) ones, then ANALYZEd. Two kinds of guard:
+
+- the claim-side queries written out are EXPLAINed: every relation their plans touch must
+  be tasks_hot or one of its indexes;
+- the shipped functions themselves (task_claim_many, task_promote_due, lease_rescue_expired,
+  task_wake_overdue, lane_next_due) run with auto_explain logging every statement inside
+  them, with its plan and row counts, as a NOTICE on the test's own connection: a claim or
+  sweep must not read tasks_cold or tasks_done, a claim must use the claim index, and
+  promotion must read the slice coming due through the due index, never the whole tier.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from table_stats import table_stats
 if TYPE_CHECKING:
     from conftest import PgServer
 
-COLD_ROWS = 1_000_000
+COLD_ROWS = 2_000_000
 COLD_VIA_API = 100_000  # the rest goes in with one set-based INSERT through pgsched.tasks
 HOT_ROWS = 3_000
 
@@ -211,3 +218,138 @@ def test_claim_probes_the_rows_it_locked_instead_of_hashing_the_hot_tier(
         ).fetchone()
         assert claimed == (500,)
     assert hot_seq_scans() - before == 0
+
+
+# The shipped functions, with the plans of the statements inside them ----------------------
+
+
+def _shipped_plans(conn: psycopg.Connection, call: str) -> list[dict[str, Any]]:
+    """Run `call` (rolled back) and return the plan of every statement it executed.
+
+    auto_explain, loaded into this session only, logs each statement (nested ones too: the
+    statements of a PL/pgSQL body) with its plan and actual row counts at NOTICE level,
+    which the server sends to this client.
+    """
+    notices: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary and "plan:" in diag.message_primary:
+            notices.append(diag.message_primary)
+
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_analyze = on",
+        "SET auto_explain.log_timing = off",
+        "SET auto_explain.log_format = 'json'",
+        "SET auto_explain.log_level = 'notice'",
+        "SET client_min_messages = 'notice'",
+    ):
+        conn.execute(setting)
+    conn.add_notice_handler(keep)
+    try:
+        with pytest.raises(_Rollback), conn.transaction():
+            conn.execute(call).fetchall()
+            raise _Rollback
+    finally:
+        conn.remove_notice_handler(keep)
+        conn.execute("SET auto_explain.log_min_duration = -1")
+    plans = [json.loads(text.split("plan:", 1)[1]) for text in notices]
+    assert plans, f"auto_explain logged nothing for {call}"
+    return plans
+
+
+class _Rollback(Exception):
+    """Leaves the seeded backlog as it was after each shipped function has run."""
+
+
+def _nodes(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        if "Node Type" in node:
+            yield node
+        for value in node.values():
+            yield from _nodes(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _nodes(item)
+
+
+def _statement(plan: dict[str, Any]) -> str:
+    return str(plan.get("Query Text", "")).strip()
+
+
+def _assert_no_cold_or_done(plans: list[dict[str, Any]], what: str) -> None:
+    for plan in plans:
+        text = json.dumps(plan)
+        assert "tasks_cold" not in text and "tasks_done" not in text, (
+            f"{what} touched the cold or done tier in:\n{_statement(plan)}\n"
+            + json.dumps(plan["Plan"], indent=1)
+        )
+
+
+def test_shipped_claim_reads_only_the_hot_tier_through_its_index(
+    backlog: psycopg.Connection,
+) -> None:
+    plans = _shipped_plans(backlog, "SELECT id FROM pgsched.task_claim_many('NORMAL', 100, 'w')")
+    _assert_no_cold_or_done(plans, "task_claim_many")
+    claim = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
+    assert len(claim) == 1, [_statement(p) for p in plans]
+    nodes = list(_nodes(claim[0]))
+    # What it reads (the UPDATE's target, ModifyTable, names the parent table).
+    scanned = {
+        n["Relation Name"]
+        for n in nodes
+        if "Relation Name" in n and n["Node Type"] != "ModifyTable"
+    }
+    assert scanned == {"tasks_hot"}, json.dumps(claim[0], indent=1)
+    assert "tasks_hot_claim_idx" in {n.get("Index Name") for n in nodes}, json.dumps(
+        claim[0], indent=1
+    )
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(claim[0], indent=1)
+    # It claimed something, so the plan above is the one that does the work.
+    assert any(n["Node Type"] == "ModifyTable" and n["Actual Rows"] > 0 for n in nodes)
+
+
+def test_shipped_promotion_reads_the_due_slice_not_the_cold_tier(
+    backlog: psycopg.Connection,
+) -> None:
+    """Promote with the clock two days on: thousands come due, out of two million."""
+    plans = _shipped_plans(
+        backlog,
+        "SELECT pgsched.task_promote_due(1000, now() + interval '2 days 1 hour')",
+    )
+    promote = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
+    assert len(promote) == 1, [_statement(p) for p in plans]
+    nodes = list(_nodes(promote[0]))
+    cold_reads = [n for n in nodes if n.get("Relation Name") == "tasks_cold"]
+    assert cold_reads, json.dumps(promote[0], indent=1)
+    # Every read of the cold tier goes through an index: the due range, then the UPDATE's
+    # probe of each locked row by primary key.
+    assert {n["Node Type"] for n in cold_reads} == {"Index Scan"}, json.dumps(promote[0], indent=1)
+    due_range = [n for n in cold_reads if n["Index Name"] == "tasks_cold_due_idx"]
+    assert len(due_range) == 1, json.dumps(promote[0], indent=1)
+    assert "next_run_at" in due_range[0].get("Index Cond", "")
+    # It reads the rows it moves (1,000, plus a few it could not lock) and stops.
+    assert due_range[0]["Actual Rows"] * due_range[0]["Actual Loops"] <= 2 * 1000, due_range[0]
+    for probe in cold_reads:
+        if probe is not due_range[0]:
+            assert probe["Index Name"] == "tasks_cold_pkey" and probe["Actual Rows"] <= 1, probe
+    moved = [n for n in nodes if n["Node Type"] == "ModifyTable"]
+    assert moved and moved[0]["Actual Rows"] == 1000
+    assert "tasks_done" not in json.dumps(promote[0])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "SELECT pgsched.lease_rescue_expired(NULL, 1000, now() + interval '10 minutes')",
+        "SELECT * FROM pgsched.task_wake_overdue('1 minute')",
+        "SELECT * FROM pgsched.lane_next_due('NORMAL')",
+    ],
+    ids=["lease-rescue", "wake-overdue", "lane-next-due"],
+)
+def test_shipped_sweeps_read_only_the_hot_tier(backlog: psycopg.Connection, call: str) -> None:
+    plans = _shipped_plans(backlog, call)
+    _assert_no_cold_or_done(plans, call)
+    assert any("tasks_hot" in json.dumps(p["Plan"]) for p in plans), "nothing read the hot tier"
