@@ -130,7 +130,9 @@ def test_a_wall_clock_time_in_a_spring_forward_gap_is_shifted_forward_and_said(
     assert done.returncode == 0, done.stderr
     assert "does not exist in America/New_York" in done.stderr
     assert "2027-03-14T03:30:00-04:00" in done.stderr
-    assert task_run_at(conn, int(done.stdout)) == datetime(2027, 3, 14, 7, 30, tzinfo=UTC)
+    assert task_run_at(conn, int(done.stdout.split()[-1])) == datetime(
+        2027, 3, 14, 7, 30, tzinfo=UTC
+    )
 
     # 2027-11-07: 01:30 happens twice (EDT, then EST); the first is meant, and said.
     done = run_cli(
@@ -138,7 +140,9 @@ def test_a_wall_clock_time_in_a_spring_forward_gap_is_shifted_forward_and_said(
     )
     assert done.returncode == 0, done.stderr
     assert "occurs twice in America/New_York" in done.stderr
-    assert task_run_at(conn, int(done.stdout)) == datetime(2027, 11, 7, 5, 30, tzinfo=UTC)
+    assert task_run_at(conn, int(done.stdout.split()[-1])) == datetime(
+        2027, 11, 7, 5, 30, tzinfo=UTC
+    )
 
     # An ordinary wall-clock time: no note.
     done = run_cli(
@@ -146,7 +150,9 @@ def test_a_wall_clock_time_in_a_spring_forward_gap_is_shifted_forward_and_said(
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert task_run_at(conn, int(done.stdout)) == datetime(2027, 1, 5, 14, 0, tzinfo=UTC)
+    assert task_run_at(conn, int(done.stdout.split()[-1])) == datetime(
+        2027, 1, 5, 14, 0, tzinfo=UTC
+    )
 
 
 @pytest.fixture
@@ -200,7 +206,7 @@ def test_runtime_refusals_exit_1_and_unknown_tasks_exit_2(
 ) -> None:
     done = run_cli(db_env, "schedule", "report")
     assert done.returncode == 0, done.stderr
-    task_id = done.stdout.strip()
+    task_id = done.stdout.split()[-1]  # "created task N"
     assert run_cli(db_env, "cancel", task_id).returncode == 0
     again = run_cli(db_env, "cancel", task_id)  # a state the task is no longer in: runtime
     assert again.returncode == 1, again.stderr
