@@ -215,28 +215,44 @@ FROM pgsched.retention_prune(%(keep)s, %(max_rows)s);
 SELECT pg_try_advisory_lock(%(key)s) AS leader;
 
 -- name: history
+-- then_due / then_attempt: where the run left the task (a retry's new due time; an attempt
+-- given back, as a release does, shows as then_attempt below attempt).
 SELECT
-    task_id,
-    schedule_id,
-    tenant_id,
-    task_type,
-    attempt,
-    scheduled_for,
-    started_at,
-    finished_at,
-    extract(EPOCH FROM lateness)::float8 * 1000 AS lateness_ms,
-    worker,
-    outcome,
-    detail
-FROM pgsched.run_history
+    h.task_id,
+    h.schedule_id,
+    h.tenant_id,
+    h.task_type,
+    h.attempt,
+    h.scheduled_for,
+    h.started_at,
+    h.finished_at,
+    extract(EPOCH FROM h.lateness)::float8 * 1000 AS lateness_ms,
+    h.worker,
+    h.outcome,
+    h.detail,
+    f.scheduled_for AS then_due,
+    f.attempt AS then_attempt
+FROM pgsched.run_history AS h
+LEFT JOIN LATERAL (
+    SELECT
+        e.scheduled_for,
+        e.attempt
+    FROM pgsched.task_events AS e
+    WHERE
+        e.task_id = h.task_id
+        AND e.from_status = 'PROCESSING'
+        AND e.occurred_at = h.finished_at
+    ORDER BY e.id
+    LIMIT 1
+) AS f ON h.finished_at IS NOT NULL
 WHERE
-    (%(task_type)s::text IS NULL OR task_type = %(task_type)s)
-    AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
-    AND (%(task_id)s::bigint IS NULL OR task_id = %(task_id)s)
-    AND (%(since)s::timestamptz IS NULL OR started_at >= %(since)s)
-    AND (%(until)s::timestamptz IS NULL OR started_at < %(until)s)
-    AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
-ORDER BY started_at DESC
+    (%(task_type)s::text IS NULL OR h.task_type = %(task_type)s)
+    AND (%(tenant_id)s::text IS NULL OR h.tenant_id = %(tenant_id)s)
+    AND (%(task_id)s::bigint IS NULL OR h.task_id = %(task_id)s)
+    AND (%(since)s::timestamptz IS NULL OR h.started_at >= %(since)s)
+    AND (%(until)s::timestamptz IS NULL OR h.started_at < %(until)s)
+    AND (%(outcome)s::text IS NULL OR h.outcome = %(outcome)s)
+ORDER BY h.started_at DESC
 LIMIT %(max_rows)s;
 
 -- name: listen_recurring
@@ -275,3 +291,278 @@ SELECT
     created_at
 FROM pgsched.tenants
 ORDER BY product ASC, tenant_id ASC;
+
+-- Operator commands: show, schedules, dead list, status flags, doctor.
+
+-- name: task_show
+SELECT
+    t.id,
+    t.tenant_id,
+    t.task_type,
+    t.status::text AS status,
+    t.lane::text AS lane,
+    t.priority,
+    t.scope,
+    t.product,
+    t.schedule_type::text AS schedule_type,
+    t.schedule_id,
+    t.next_run_at,
+    t.attempts,
+    t.max_attempts,
+    t.last_run_at,
+    t.last_error,
+    t.status_reason,
+    t.idempotency_key,
+    t.locked_by,
+    t.lease_expires_at,
+    t.parent_id,
+    t.created_at,
+    t.updated_at,
+    t.payload,
+    t.metadata
+FROM pgsched.tasks AS t
+WHERE t.id = %(task_id)s;
+
+-- name: task_timeline
+SELECT
+    occurred_at,
+    what,
+    from_status::text AS from_status,
+    attempt,
+    worker,
+    detail
+FROM pgsched.task_timeline
+WHERE task_id = %(task_id)s
+ORDER BY occurred_at ASC, event_id ASC;
+
+-- name: schedule_list
+SELECT
+    s.id,
+    s.tenant_id,
+    s.task_type,
+    s.cron_expression,
+    s.timezone,
+    s.lane::text AS lane,
+    s.misfire_policy::text AS misfire_policy,
+    s.idempotency_key,
+    s.enabled,
+    s.quarantine_reason,
+    s.last_fire_at,
+    s.armed_task_id,
+    armed.next_run_at AS next_fire_at,
+    armed.status::text AS armed_status
+FROM pgsched.schedules AS s
+LEFT JOIN pgsched.tasks AS armed ON s.armed_task_id = armed.id
+WHERE
+    (%(tenant_id)s::text IS NULL OR s.tenant_id = %(tenant_id)s)
+    AND (%(task_type)s::text IS NULL OR s.task_type = %(task_type)s)
+ORDER BY s.id;
+
+-- name: schedule_show
+SELECT
+    s.id,
+    s.tenant_id,
+    s.task_type,
+    s.cron_expression,
+    s.timezone,
+    s.scope,
+    s.product,
+    s.priority,
+    s.lane::text AS lane,
+    s.max_attempts,
+    s.misfire_policy::text AS misfire_policy,
+    s.catch_up_limit,
+    s.idempotency_key,
+    s.enabled,
+    s.quarantine_reason,
+    s.last_fire_at,
+    s.armed_task_id,
+    armed.next_run_at AS next_fire_at,
+    armed.status::text AS armed_status,
+    s.created_at,
+    s.updated_at,
+    s.payload,
+    s.metadata
+FROM pgsched.schedules AS s
+LEFT JOIN pgsched.tasks AS armed ON s.armed_task_id = armed.id
+WHERE s.id = %(schedule_id)s;
+
+-- name: schedule_event_list
+SELECT
+    occurred_at,
+    what,
+    fire_at,
+    detail
+FROM pgsched.schedule_events
+WHERE schedule_id = %(schedule_id)s
+ORDER BY id DESC
+LIMIT %(max_rows)s;
+
+-- name: schedule_same
+-- A schedule the new one would duplicate: the same key for its owner, or (without a key)
+-- the same work on the same clock: type, cron, zone, payload and scope.
+SELECT s.id
+FROM pgsched.schedules AS s
+WHERE
+    s.tenant_id = %(owner)s
+    AND (
+        (%(idempotency_key)s::text IS NOT NULL AND s.idempotency_key = %(idempotency_key)s)
+        OR (
+            %(idempotency_key)s::text IS NULL
+            AND s.task_type = %(task_type)s
+            AND s.cron_expression = btrim(%(cron_expression)s)
+            AND s.timezone = %(timezone)s
+            AND s.payload = %(payload)s::jsonb
+            AND s.scope = %(scope)s
+            AND s.product IS NOT DISTINCT FROM %(product)s
+        )
+    )
+ORDER BY s.id
+LIMIT 1;
+
+-- name: schedule_pause
+SELECT pgsched.schedule_pause(%(schedule_id)s, %(reason)s) AS schedule_id;
+
+-- name: schedule_resume
+SELECT pgsched.schedule_resume(%(schedule_id)s) AS schedule_id;
+
+-- name: schedule_delete
+SELECT pgsched.schedule_delete(%(schedule_id)s, %(reason)s) AS schedule_id;
+
+-- name: dead_page
+-- FAILED tasks live in the done partition; lane_dead is its view.
+SELECT
+    id,
+    tenant_id,
+    task_type,
+    attempts,
+    max_attempts,
+    updated_at AS failed_at,
+    last_error,
+    count(*) OVER () AS total
+FROM pgsched.lane_dead
+WHERE
+    (%(task_type)s::text IS NULL OR task_type = %(task_type)s)
+    AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+    AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s)
+ORDER BY updated_at DESC, id DESC
+LIMIT %(max_rows)s OFFSET %(skip_rows)s;
+
+-- name: dead_count
+SELECT count(*) AS total
+FROM pgsched.lane_dead
+WHERE
+    (%(task_type)s::text IS NULL OR task_type = %(task_type)s)
+    AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+    AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s);
+
+-- name: sweep_leader_held
+-- The leader holds a session advisory lock on one bigint key: pg_locks shows it split in
+-- two 32-bit halves (classid high, objid low, objsubid 1).
+SELECT
+    l.pid,
+    a.application_name,
+    a.client_addr::text AS client_addr,
+    a.backend_start
+FROM pg_catalog.pg_locks AS l
+LEFT JOIN pg_catalog.pg_stat_activity AS a ON l.pid = a.pid
+WHERE
+    l.locktype = 'advisory'
+    AND l.granted
+    AND l.database = (
+        SELECT d.oid FROM pg_catalog.pg_database AS d
+        WHERE d.datname = current_database()
+    )
+    AND l.objsubid = 1
+    AND l.classid::bigint = (%(key)s::bigint >> 32)
+    AND l.objid::bigint = (%(key)s::bigint & 4294967295);
+
+-- name: overdue_pending
+-- Cold work already due: only the promotion sweep moves it where workers claim.
+SELECT
+    count(*) AS overdue,
+    extract(EPOCH FROM now() - min(next_run_at))::float8 AS oldest_s
+FROM pgsched.tasks
+WHERE status = 'PENDING' AND next_run_at <= now();
+
+-- name: lease_expired
+SELECT
+    id,
+    tenant_id,
+    task_type,
+    lane::text AS lane,
+    locked_by,
+    lease_expires_at,
+    extract(EPOCH FROM now() - lease_expires_at)::float8 AS expired_s
+FROM pgsched.tasks
+WHERE status = 'PROCESSING' AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT %(max_rows)s;
+
+-- name: schedule_quarantined
+SELECT
+    id,
+    tenant_id,
+    task_type,
+    cron_expression,
+    quarantine_reason,
+    updated_at
+FROM pgsched.schedules
+WHERE NOT enabled AND quarantine_reason IS NOT NULL
+ORDER BY id;
+
+-- name: doctor_roles
+SELECT
+    current_user AS login,
+    r.rolsuper AS superuser,
+    array(
+        SELECT g.rolname::text
+        FROM pg_catalog.pg_roles AS g
+        WHERE
+            g.rolname IN ('pgsched_producer', 'pgsched_worker', 'pgsched_admin')
+            AND pg_catalog.pg_has_role(current_user, g.oid, 'MEMBER')
+        ORDER BY g.rolname
+    ) AS member_of,
+    array(
+        SELECT g.rolname::text
+        FROM pg_catalog.pg_roles AS g
+        WHERE g.rolname IN ('pgsched_producer', 'pgsched_worker', 'pgsched_admin')
+        ORDER BY g.rolname
+    ) AS roles_present
+FROM pg_catalog.pg_roles AS r
+WHERE r.rolname = current_user;
+
+-- name: doctor_hot_tables
+-- The tables every claim and outcome rewrites: their autovacuum settings and dead tuples.
+SELECT
+    c.relname::text AS relname,
+    coalesce(array_to_string(c.reloptions, ','), '') AS reloptions,
+    coalesce(st.n_live_tup, 0) AS live,
+    coalesce(st.n_dead_tup, 0) AS dead,
+    st.last_autovacuum,
+    current_setting('autovacuum')::boolean AS autovacuum_on
+FROM pg_catalog.pg_class AS c
+INNER JOIN pg_catalog.pg_namespace AS n ON c.relnamespace = n.oid
+LEFT JOIN pg_catalog.pg_stat_all_tables AS st ON c.oid = st.relid
+WHERE n.nspname = 'pgsched' AND c.relname IN ('tasks_hot', 'task_events')
+ORDER BY c.relname;
+
+-- name: doctor_xmin_holders
+-- Sessions whose snapshot keeps vacuum from removing dead rows, oldest first.
+SELECT
+    a.pid,
+    a.usename::text AS usename,
+    a.application_name,
+    a.state,
+    extract(EPOCH FROM now() - a.xact_start)::float8 AS xact_age_s,
+    left(a.query, 80) AS query
+FROM pg_catalog.pg_stat_activity AS a
+WHERE
+    a.backend_xmin IS NOT NULL
+    AND a.pid <> pg_catalog.pg_backend_pid()
+    AND a.xact_start IS NOT NULL
+ORDER BY a.xact_start
+LIMIT 5;
+
+-- name: doctor_db_clock
+SELECT clock_timestamp() AS db_now;

@@ -638,6 +638,50 @@ END;
 $$;
 
 --
+-- Name: schedule_cancel_armed(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_cancel_armed(schedule_id bigint, reason text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    UPDATE pgsched.tasks AS tk
+       SET status = 'CANCELLED', status_reason = reason, updated_at = coalesce(as_of, now())
+      FROM pgsched.schedules AS s
+     WHERE s.id = schedule_cancel_armed.schedule_id
+       AND tk.id = s.armed_task_id
+       AND tk.status IN ('PENDING', 'QUEUED')
+    RETURNING tk.id
+$$;
+
+--
+-- Name: schedule_delete(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_delete(schedule_id bigint, reason text DEFAULT 'deleted by operator'::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    cancelled bigint;
+BEGIN
+    PERFORM 1 FROM pgsched.schedules AS s WHERE s.id = schedule_delete.schedule_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: no schedule with id %', schedule_delete.schedule_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    cancelled := pgsched.schedule_cancel_armed(schedule_delete.schedule_id, schedule_delete.reason, t);
+    DELETE FROM pgsched.schedules AS s WHERE s.id = schedule_delete.schedule_id;
+    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what, detail)
+    VALUES (
+        schedule_delete.schedule_id, t, 'deleted',
+        schedule_delete.reason || coalesce(format(' (armed task %s cancelled)', cancelled), '')
+    );
+    RETURN schedule_delete.schedule_id;
+END;
+$$;
+
+--
 -- Name: schedule_enable(bigint, boolean, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -655,6 +699,36 @@ CREATE FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean DEFA
     INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what)
     SELECT e.id, coalesce(as_of, now()), CASE WHEN schedule_enable.enabled THEN 'enabled' ELSE 'disabled' END
       FROM e
+$$;
+
+--
+-- Name: schedule_pause(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_pause(schedule_id bigint, reason text DEFAULT 'paused by operator'::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    cancelled bigint;
+BEGIN
+    PERFORM 1 FROM pgsched.schedules AS s WHERE s.id = schedule_pause.schedule_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: no schedule with id %', schedule_pause.schedule_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    cancelled := pgsched.schedule_cancel_armed(schedule_pause.schedule_id, schedule_pause.reason, t);
+    UPDATE pgsched.schedules AS s
+       SET enabled = FALSE, updated_at = t
+     WHERE s.id = schedule_pause.schedule_id;
+    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what, detail)
+    VALUES (
+        schedule_pause.schedule_id, t, 'paused',
+        schedule_pause.reason || coalesce(format(' (armed task %s cancelled)', cancelled), '')
+    );
+    RETURN schedule_pause.schedule_id;
+END;
 $$;
 
 --
@@ -746,6 +820,31 @@ BEGIN
         PERFORM pg_notify('pgsched_recurring', '');
     END IF;
     RETURN new_id;
+END;
+$$;
+
+--
+-- Name: schedule_resume(bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.schedule_resume(schedule_id bigint, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+BEGIN
+    UPDATE pgsched.schedules AS s
+       SET enabled = TRUE, quarantine_reason = NULL, updated_at = t
+     WHERE s.id = schedule_resume.schedule_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: no schedule with id %', schedule_resume.schedule_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what)
+    VALUES (schedule_resume.schedule_id, t, 'resumed');
+    PERFORM pg_notify('pgsched_recurring', '');
+    RETURN schedule_resume.schedule_id;
 END;
 $$;
 
@@ -2746,11 +2845,32 @@ GRANT ALL ON FUNCTION pgsched.schedule_arm(schedule_id bigint, expected_task_id 
 GRANT ALL ON FUNCTION pgsched.schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone) TO pgsched_admin;
 
 --
+-- Name: FUNCTION schedule_cancel_armed(schedule_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_cancel_armed(schedule_id bigint, reason text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_cancel_armed(schedule_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_delete(schedule_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_delete(schedule_id bigint, reason text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_delete(schedule_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
 -- Name: FUNCTION schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
 REVOKE ALL ON FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_pause(schedule_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_pause(schedule_id bigint, reason text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_pause(schedule_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
@@ -2768,6 +2888,13 @@ REVOKE ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expressio
 GRANT ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) TO pgsched_producer;
 GRANT ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION schedule_resume(schedule_id bigint, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.schedule_resume(schedule_id bigint, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.schedule_resume(schedule_id bigint, as_of timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text); Type: ACL; Schema: pgsched; Owner: -

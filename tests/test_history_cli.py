@@ -274,8 +274,8 @@ def test_history_filters(story: Story, db_env: dict[str, str]) -> None:
         assert message in done.stderr, done.stderr
 
 
-def test_history_table_output(story: Story, db_env: dict[str, str]) -> None:
-    done = run_cli(db_env, "history", "--type", "report", "--tenant", "acme")
+def test_history_wide_table_output(story: Story, db_env: dict[str, str]) -> None:
+    done = run_cli(db_env, "history", "--type", "report", "--tenant", "acme", "--wide")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     header = re.split(r"\s{2,}", lines[0].strip())
@@ -315,7 +315,7 @@ def test_history_table_output(story: Story, db_env: dict[str, str]) -> None:
 def test_history_table_with_no_runs_prints_the_header(db_env: dict[str, str]) -> None:
     empty = run_cli(db_env, "history", "--type", "nothing-ran")
     assert empty.returncode == 0, empty.stderr
-    assert empty.stdout.splitlines()[0].startswith("TASK_ID")
+    assert empty.stdout.splitlines()[0].startswith("ID")
     assert len(empty.stdout.splitlines()) == 1
 
 

@@ -2,6 +2,10 @@
 
 root        the group, its global options (--dsn, --debug, --version), the error boundary
 tasks       schedule (a task, or with --cron a recurring schedule), cancel, status, history
+show        one task: its row and its timeline
+schedules   recurring schedules: list, show, pause, resume, delete
+doctor      is the database ready and is anything stuck (exit 1 on a failed check)
+findings    what status and doctor read: sweep leader, overdue cold work, expired leases
 dead        the DEAD lane: list, retry, discard
 tenants     the tenant registry: add, disable, list
 processes   worker, sweeper (and its old name, scheduler)
@@ -11,7 +15,7 @@ times       the one time parser (--at, --since, --until)
 options     shared option types and table output
 """
 
-from pgsched.cli import bench, database, dead, processes, tasks, tenants
+from pgsched.cli import bench, database, dead, doctor, processes, schedules, show, tasks, tenants
 from pgsched.cli.root import main
 
 for command in (
@@ -19,6 +23,9 @@ for command in (
     tasks.cancel,
     tasks.status,
     tasks.history,
+    show.show,
+    schedules.schedules,
+    doctor.doctor,
     dead.dead,
     tenants.tenants,
     processes.worker,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import json
+from datetime import UTC, datetime
 
 import click
+import psycopg
+from psycopg.rows import dict_row
 
 from pgsched.app import App
-from pgsched.cli.options import first_line, render_table
+from pgsched.cli.options import first_line, print_json, render_table
 from pgsched.cli.root import CliState
+from pgsched.cli.times import parse_time
+from pgsched.queries import query
 
 
 @click.group()
@@ -17,19 +21,72 @@ def dead() -> None:
 
 
 @dead.command("list")
-@click.option("--limit", "max_rows", type=int, default=50, show_default=True, help="Max rows.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--type", "task_type", default=None, help="Only DEAD tasks of this type.")
+@click.option("--tenant", default=None, help="Only this tenant's DEAD tasks.")
+@click.option("--since", default=None, help="Failed at or after: ISO 8601 with offset, -7d ...")
+@click.option(
+    "--limit",
+    "max_rows",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Rows per page.",
+)
+@click.option(
+    "--offset",
+    "skip_rows",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Rows to skip (newest first).",
+)
+@click.option(
+    "--page",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Page number, counted from 1 (sets --offset to (page - 1) x --limit).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: total and tasks.")
 @click.pass_obj
-def dead_list(state: CliState, max_rows: int, as_json: bool) -> None:
-    """Show DEAD tasks, newest failure first."""
-    rows = App(state.database()).dead_list(max_rows)
+def dead_list(
+    state: CliState,
+    task_type: str | None,
+    tenant: str | None,
+    since: str | None,
+    max_rows: int,
+    skip_rows: int,
+    page: int | None,
+    as_json: bool,
+) -> None:
+    """Show DEAD tasks, newest failure first, with how many match in all (on stderr)."""
+    if page is not None:
+        skip_rows = (page - 1) * max_rows
+    params = {
+        "task_type": task_type,
+        "tenant_id": tenant,
+        "since": (parse_time(since, None, option="--since").moment or datetime.now(UTC))
+        if since is not None
+        else None,
+        "max_rows": max_rows,
+        "skip_rows": skip_rows,
+    }
+    with psycopg.connect(state.database()) as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("dead_page"), params).fetchall()
+        # Past the last page the window count has no row to ride on: count apart.
+        total = rows[0]["total"] if rows else cur.execute(query("dead_count"), params).fetchone()
+    if isinstance(total, dict):
+        total = total["total"]
+    for row in rows:
+        del row["total"]
     if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
+        print_json({"total": total, "offset": skip_rows, "limit": max_rows, "tasks": rows})
         return
     for row in rows:
         row["last_error"] = first_line(row["last_error"], 80)
     columns = ["id", "tenant_id", "task_type", "attempts", "failed_at", "last_error"]
     click.echo(render_table(rows, columns))
+    shown = f"{skip_rows + 1}-{skip_rows + len(rows)}" if rows else "none"
+    click.echo(f"{total} DEAD task(s) match; showing {shown}", err=True)
 
 
 @dead.command("retry")

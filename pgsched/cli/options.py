@@ -66,3 +66,39 @@ def _cell(value: Any) -> str:
 
 def first_line(text: str | None, width: int) -> str:
     return text.splitlines()[0][:width] if text else "-"
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout; times as ISO 8601."""
+    click.echo(json.dumps(data, indent=2, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def fit_table(
+    rows: list[dict[str, Any]], columns: list[str], width: int, shrinkable: dict[str, int]
+) -> str:
+    """`render_table` within `width` characters a line: the `shrinkable` columns are cut
+    (ending in "…"), never below their given minimum, the one furthest above it first."""
+    cells = [{c: _cell(row[c]) for c in columns} for row in rows]
+    widths = {c: max([len(c)] + [len(r[c]) for r in cells]) for c in columns}
+    floor = {c: max(len(c), minimum, 2) for c, minimum in shrinkable.items()}
+    while sum(widths.values()) + 2 * (len(columns) - 1) > width:
+        candidates = [c for c in shrinkable if widths[c] > floor[c]]
+        if not candidates:
+            break
+        widest = max(candidates, key=lambda c: widths[c] - floor[c])
+        widths[widest] -= 1
+    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip()]
+    for row in cells:
+        fitted = [_cut(row[c], widths[c]).ljust(widths[c]) for c in columns]
+        lines.append("  ".join(fitted).rstrip())
+    return "\n".join(lines)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -12,11 +12,14 @@ import psycopg
 from psycopg.rows import class_row
 
 from pgsched.app import App
+from pgsched.cli.findings import read_findings
 from pgsched.cli.options import (
     JSON_OBJECT,
     JSON_VALUE,
     check_zone,
     first_line,
+    fit_table,
+    print_json,
     render_table,
 )
 from pgsched.cli.root import CliState
@@ -34,6 +37,13 @@ def _zone_problem(dsn: str, zone: str) -> str | None:
     with psycopg.connect(dsn) as conn, conn.cursor(row_factory=class_row(ZoneCheck)) as cur:
         row = cur.execute(query("timezone_problem"), {"timezone": zone}).fetchone()
     return row.problem if row else None
+
+
+def _same_schedule(dsn: str, **params: Any) -> int | None:
+    """A schedule the new one would duplicate (see the schedule_same statement)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query("schedule_same"), params).fetchone()
+    return int(row[0]) if row else None
 
 
 @click.command()
@@ -73,6 +83,11 @@ def _zone_problem(dsn: str, zone: str) -> str | None:
     show_default=True,
     help="Recurring: what to do with fire times missed during downtime.",
 )
+@click.option(
+    "--allow-duplicate",
+    is_flag=True,
+    help="Recurring: create it even if a schedule of the same work on the same clock exists.",
+)
 @click.pass_obj
 def schedule(
     state: CliState,
@@ -90,6 +105,7 @@ def schedule(
     scope: str,
     product: str | None,
     misfire: str,
+    allow_duplicate: bool,
 ) -> None:
     """Schedule a task (prints "created task N", or "task N already exists ..." for an
     idempotent duplicate), or with --cron a recurring schedule (prints
@@ -98,6 +114,30 @@ def schedule(
         raise click.UsageError("--at and --cron exclude each other")
     dsn = state.database()
     if cron_expression is not None:
+        owner = tenant if scope == "tenant" else "_all"
+        same = _same_schedule(
+            dsn,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            task_type=task_type,
+            cron_expression=cron_expression,
+            timezone=zone or "UTC",
+            payload=json.dumps(payload),
+            scope=scope,
+            product=product,
+        )
+        if same is not None and idempotency_key is not None:
+            click.echo(
+                f"schedule {same} already exists for key {idempotency_key} (tenant {owner});"
+                " nothing changed"
+            )
+            return
+        if same is not None and not allow_duplicate:
+            raise click.UsageError(
+                f"schedule {same} already runs {task_type} on {cron_expression.strip()!r}"
+                f" ({zone or 'UTC'}) for tenant {owner} with this payload; nothing created."
+                " Give --key to name a schedule, or --allow-duplicate to run it twice"
+            )
         schedule_id = App(dsn).schedule_recurring(
             task_type,
             cron_expression,
@@ -161,19 +201,35 @@ def cancel(state: CliState, task_id: int, reason: str) -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: lanes and flags.")
 @click.pass_obj
 def status(state: CliState, as_json: bool) -> None:
-    """Per lane: cold, queued, due now, processing, dead, oldest lateness."""
-    rows = App(state.database()).lane_summary()
+    """Per lane: cold, queued, due now, processing, dead, oldest lateness; then what is
+    stuck: overdue cold work with no sweeper leading, expired leases, quarantined schedules."""
+    dsn = state.database()
+    rows = App(dsn).lane_summary()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        findings = read_findings(conn)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        print_json({"lanes": rows, **findings.as_json()})
         return
     columns = ["lane", "cold", "queued", "due_now", "processing", "dead", "oldest_lateness_s"]
     click.echo(render_table(rows, columns))
+    leader = findings.leader
+    click.echo("")
+    click.echo(
+        f"sweeper leader: pid {leader['pid']} ({leader['application_name'] or '?'})"
+        if leader
+        else "sweeper leader: none"
+    )
+    for line in findings.flags():
+        click.echo(f"! {line}")
 
 
-HISTORY_COLUMNS = [
+# The 100-column table: short headers, and the outcome cut last.
+HISTORY_COLUMNS = ["id", "tenant", "type", "try", "started", "late", "outcome"]
+HISTORY_SHRINK = {"tenant": 8, "type": 10, "outcome": 40}
+WIDE_COLUMNS = [
     "task_id",
     "tenant_id",
     "task_type",
@@ -186,6 +242,38 @@ HISTORY_COLUMNS = [
     "outcome",
     "detail",
 ]
+WIDTH = 100
+
+
+def what_happened(row: dict[str, Any]) -> str:
+    """The OUTCOME cell: what the attempt ended in, and what came next. A run that ended with
+    the task queued again is a retry (or a lost lease, or a release), never "QUEUED"."""
+    outcome = row["outcome"]
+    detail = first_line(row["detail"], 200)
+    if outcome in ("QUEUED", "PENDING"):
+        due = _moment(row["then_due"])
+        if (row["then_attempt"] or 0) < row["attempt"]:
+            return f"released → due {due}"
+        if detail.startswith("worker lost"):
+            return f"lease lost → retry at {due}"
+        return f"failed → retry at {due}: {detail}"
+    if outcome == "FAILED":
+        return f"failed → DEAD: {detail}"
+    if outcome == "COMPLETED":
+        return "completed"
+    if outcome == "CANCELLED":
+        return f"cancelled: {detail}"
+    return str(outcome).lower()
+
+
+def _moment(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%m-%d %H:%M:%S") if value else "-"
+
+
+def _seconds(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms / 1000:.1f}s" if abs(ms) < 600_000 else f"{ms / 60_000:.0f}m"
 
 
 @click.command()
@@ -196,7 +284,8 @@ HISTORY_COLUMNS = [
 @click.option("--until", default=None, help="Until: the same forms as --since.")
 @click.option("--status", "outcome", default=None, help="COMPLETED, FAILED, QUEUED, RUNNING, ...")
 @click.option("--limit", "max_rows", type=int, default=100, show_default=True, help="Max rows.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--wide", is_flag=True, help="Every column, full times, no width limit.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (a list of runs).")
 @click.pass_obj
 def history(
     state: CliState,
@@ -207,6 +296,7 @@ def history(
     until: str | None,
     outcome: str | None,
     max_rows: int,
+    wide: bool,
     as_json: bool,
 ) -> None:
     """Did it run? Each run: scheduled, started, finished, lateness, worker, outcome."""
@@ -224,8 +314,17 @@ def history(
         max_rows=max_rows,
     )
     if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
+        print_json(rows)
+        return
+    if wide:
+        for row in rows:
+            row["detail"] = first_line(row["detail"], 60)
+        click.echo(render_table(rows, WIDE_COLUMNS))
         return
     for row in rows:
-        row["detail"] = first_line(row["detail"], 60)
-    click.echo(render_table(rows, HISTORY_COLUMNS))
+        row.update(id=row["task_id"], tenant=row["tenant_id"], type=row["task_type"])
+        row["try"] = row["attempt"]
+        row["started"] = _moment(row["started_at"])
+        row["late"] = _seconds(row["lateness_ms"])
+        row["outcome"] = what_happened(row)
+    click.echo(fit_table(rows, HISTORY_COLUMNS, WIDTH, HISTORY_SHRINK))
