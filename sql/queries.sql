@@ -548,7 +548,9 @@ WHERE n.nspname = 'pgsched' AND c.relname IN ('tasks_hot', 'task_events')
 ORDER BY c.relname;
 
 -- name: doctor_xmin_holders
--- Sessions whose snapshot keeps vacuum from removing dead rows, oldest first.
+-- Sessions whose transaction id or snapshot keeps vacuum from removing dead rows, oldest
+-- first. (A read-committed transaction that has written nothing holds neither between
+-- statements, however long it stays open.)
 SELECT
     a.pid,
     a.usename::text AS usename,
@@ -558,7 +560,7 @@ SELECT
     left(a.query, 80) AS query
 FROM pg_catalog.pg_stat_activity AS a
 WHERE
-    a.backend_xmin IS NOT NULL
+    (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
     AND a.pid <> pg_catalog.pg_backend_pid()
     AND a.xact_start IS NOT NULL
 ORDER BY a.xact_start

@@ -21,6 +21,7 @@ The checks, and where each line is drawn:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -90,22 +91,32 @@ def run_checks(dsn: str, max_xact_age: float, max_skew: float) -> list[Check]:
             Check(
                 "database",
                 "pass",
-                f"connected to {info.dbname} on {info.host}:"
-                f"{info.port} (server {info.server_version})",
+                f"connected to {info.dbname} on {info.host}:{info.port}"
+                f" (server {info.server_version})",
             )
         ]
-        checks.append(_roles(conn))
-        schema = _schema(conn)
+        checks.append(_guarded("roles", lambda: _roles(conn)))
+        if checks[-1].result == "fail":
+            return checks  # the rest would only repeat "permission denied"
+        schema = _guarded("schema", lambda: _schema(conn))
         checks.append(schema)
         if schema.result == "fail" and schema_version(conn) == 0:
             return checks  # nothing of pgsched's exists to check
         findings = read_findings(conn)
         checks.append(_sweeper(findings.leader, findings.overdue_pending))
         checks.extend(_vacuum(conn))
-        checks.append(_xmin(conn, max_xact_age))
+        checks.append(_guarded("xmin", lambda: _xmin(conn, max_xact_age)))
         checks.append(_leases(findings.lease_expired, findings.leader is not None))
         checks.append(_clock(conn, max_skew))
     return checks
+
+
+def _guarded(name: str, check: Callable[[], Check]) -> Check:
+    """A check the login may lack the rights to run fails, naming what was refused."""
+    try:
+        return check()
+    except psycopg.Error as exc:
+        return Check(name, "fail", message_for(exc))
 
 
 def _roles(conn: psycopg.Connection[Any]) -> Check:
