@@ -5,6 +5,7 @@
 #
 #   PostgreSQL server binaries  the tests start their own throwaway server (initdb, pg_ctl)
 #   python3 >= 3.11 with venv   .venv/ with pgsched installed editable, plus its dev tools
+#   chromium                    the dashboard's browser tests drive it (Playwright)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -44,6 +45,10 @@ have_pg_server || missing+=(postgresql)
 find_python >/dev/null || missing+=(python3)
 if ! command -v runuser >/dev/null 2>&1; then
     missing+=(util-linux)
+fi
+# Only the dashboard's browser tests need it; they say so and skip without it.
+if ! command -v chromium >/dev/null 2>&1 && is_root && command -v apt-get >/dev/null 2>&1; then
+    missing+=(chromium)
 fi
 
 if ((${#missing[@]} > 0)); then

@@ -11,11 +11,23 @@ tenants     the tenant registry: add, disable, list
 processes   worker, sweeper (and its old name, scheduler)
 database    migrate; up / down (the embedded Postgres); demo (the main job)
 bench       the benchmark suite, when its extra is installed
+dashboard   the web UI, when its extra is installed
 times       the one time parser (--at, --since, --until)
 options     shared option types and table output
 """
 
-from pgsched.cli import bench, database, dead, doctor, processes, schedules, show, tasks, tenants
+from pgsched.cli import (
+    bench,
+    dashboard,
+    database,
+    dead,
+    doctor,
+    processes,
+    schedules,
+    show,
+    tasks,
+    tenants,
+)
 from pgsched.cli.root import main
 
 for command in (
@@ -36,6 +48,7 @@ for command in (
     database.down,
     database.demo,
     bench.bench,
+    dashboard.dashboard,
 ):
     main.add_command(command)
 

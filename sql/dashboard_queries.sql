@@ -1,0 +1,305 @@
+-- Named statements of the web dashboard (pgsched/dashboard). Loaded by pgsched/queries.py
+-- like sql/queries.sql. Reads touch the hot tier (small by design), one task by primary
+-- key, or the last hour of finished work; writes call the same SQL functions as the CLI,
+-- with the acting user written into the reason that the transition trigger records.
+
+-- name: dashboard_lanes_live
+-- The hot tier only (QUEUED and PROCESSING): what is due and running now.
+SELECT
+    h.lane::text AS lane,
+    count(*) FILTER (WHERE h.status = 'QUEUED' AND h.next_run_at <= now()) AS due,
+    count(*) FILTER (WHERE h.status = 'QUEUED') AS queued,
+    count(*) FILTER (WHERE h.status = 'PROCESSING') AS processing,
+    extract(
+        EPOCH FROM now() - min(h.next_run_at) FILTER (WHERE h.status = 'QUEUED' AND h.next_run_at <= now())
+    )::float8 AS oldest_due_s
+FROM pgsched.tasks AS h
+WHERE h.status IN ('QUEUED', 'PROCESSING')
+GROUP BY h.lane;
+
+-- name: dashboard_lanes_recent
+-- Work finished in the last hour, per lane: COMPLETED through tasks_done_retention_idx
+-- (updated_at), FAILED through the DEAD lane's own index. Lateness is the last attempt's
+-- start (last_run_at) minus when it was due (next_run_at).
+WITH finished AS (
+    SELECT
+        d.lane,
+        d.status,
+        d.updated_at,
+        extract(EPOCH FROM d.last_run_at - d.next_run_at)::float8 AS lateness_s
+    FROM pgsched.tasks AS d
+    WHERE
+        d.status = 'COMPLETED'
+        AND d.updated_at > now() - interval '60 minutes'
+    UNION ALL
+    SELECT
+        d.lane,
+        d.status,
+        d.updated_at,
+        NULL::float8 AS lateness_s
+    FROM pgsched.tasks AS d
+    WHERE
+        d.status = 'FAILED'
+        AND d.updated_at > now() - interval '60 minutes'
+)
+
+SELECT
+    f.lane::text AS lane,
+    count(*) FILTER (
+        WHERE f.status = 'COMPLETED' AND f.updated_at > now() - interval '5 minutes'
+    ) AS completed_5m,
+    count(*) FILTER (WHERE f.status = 'COMPLETED') AS completed_60m,
+    count(*) FILTER (
+        WHERE f.status = 'FAILED' AND f.updated_at > now() - interval '5 minutes'
+    ) AS failed_5m,
+    count(*) FILTER (WHERE f.status = 'FAILED') AS failed_60m,
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY f.lateness_s) AS lateness_p50_s,
+    percentile_cont(0.99) WITHIN GROUP (ORDER BY f.lateness_s) AS lateness_p99_s
+FROM finished AS f
+GROUP BY f.lane;
+
+-- name: dashboard_throughput
+-- Completions per minute over the last hour, oldest minute first (the overview's chart).
+SELECT
+    m.minute,
+    count(d.id) AS completed
+FROM
+    generate_series(
+        date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute'
+    ) AS m (minute)
+LEFT JOIN pgsched.tasks AS d
+    ON
+        d.status = 'COMPLETED'
+        AND d.updated_at > now() - interval '60 minutes'
+        AND date_trunc('minute', d.updated_at) = m.minute
+GROUP BY m.minute
+ORDER BY m.minute;
+
+-- name: dashboard_dead_count
+SELECT count(*) AS dead FROM pgsched.tasks
+WHERE status = 'FAILED';
+
+-- name: dashboard_task_search
+-- Every filter is optional (NULL). The connection plans each call for its own values
+-- (plan_cache_mode = force_custom_plan), so an absent filter folds away and an id or an
+-- idempotency key becomes a primary-key probe.
+SELECT
+    t.id,
+    t.tenant_id,
+    t.task_type,
+    t.status::text AS status,
+    t.lane::text AS lane,
+    t.next_run_at,
+    t.attempts,
+    t.max_attempts,
+    t.idempotency_key,
+    t.updated_at,
+    t.last_error
+FROM pgsched.tasks AS t
+WHERE
+    (%(task_id)s::bigint IS NULL OR t.id = %(task_id)s::bigint)
+    AND (
+        %(idempotency_key)s::text IS NULL
+        OR t.id = (
+            SELECT k.task_id
+            FROM pgsched.idempotency_keys AS k
+            WHERE
+                k.tenant_id = coalesce(%(tenant_id)s::text, 'default')
+                AND k.idempotency_key = %(idempotency_key)s::text
+        )
+    )
+    AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+    AND (%(tenant_id)s::text IS NULL OR t.tenant_id = %(tenant_id)s::text)
+    AND (%(status)s::text IS NULL OR t.status = %(status)s::pgsched.task_status)
+    AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
+    AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+ORDER BY t.id DESC
+LIMIT %(max_rows)s;
+
+-- name: dashboard_task
+SELECT
+    t.id,
+    t.tenant_id,
+    t.task_type,
+    t.schedule_type::text AS schedule_type,
+    t.status::text AS status,
+    t.lane::text AS lane,
+    t.priority,
+    t.next_run_at,
+    t.attempts,
+    t.max_attempts,
+    t.last_run_at,
+    t.last_error,
+    t.status_reason,
+    t.idempotency_key,
+    t.locked_by,
+    t.lease_expires_at,
+    t.scope,
+    t.product,
+    t.parent_id,
+    t.schedule_id,
+    t.created_at,
+    t.updated_at,
+    t.payload::text AS payload,
+    t.metadata::text AS metadata
+FROM pgsched.tasks AS t
+WHERE t.id = %(task_id)s;
+
+-- name: dashboard_task_events
+SELECT
+    e.id,
+    e.occurred_at,
+    e.from_status::text AS from_status,
+    e.to_status::text AS to_status,
+    e.attempt,
+    e.worker,
+    e.scheduled_for,
+    e.detail
+FROM pgsched.task_events AS e
+WHERE e.task_id = %(task_id)s
+ORDER BY e.id;
+
+-- name: dashboard_task_outcomes
+-- Per-tenant outcomes of a fan-out parent: its children, one per tenant.
+SELECT
+    c.id AS task_id,
+    c.tenant_id,
+    c.status::text AS status,
+    c.attempts,
+    c.max_attempts,
+    c.last_error,
+    c.updated_at
+FROM pgsched.tasks AS c
+WHERE c.parent_id = %(task_id)s
+ORDER BY c.tenant_id;
+
+-- name: dashboard_dead_list
+SELECT
+    t.id,
+    t.tenant_id,
+    t.task_type,
+    t.lane::text AS lane,
+    t.attempts,
+    t.max_attempts,
+    t.updated_at AS failed_at,
+    t.last_error
+FROM pgsched.tasks AS t
+WHERE
+    t.status = 'FAILED'
+    AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+ORDER BY t.updated_at DESC, t.id DESC
+LIMIT %(max_rows)s;
+
+-- name: dashboard_dead_retry
+-- One DEAD task back to QUEUED; the reason (naming who did it) lands in its event.
+SELECT r.task_id
+FROM pgsched.dead_retry(task_id => %(task_id)s, reason => %(reason)s) AS r (task_id);
+
+-- name: dashboard_dead_discard
+SELECT pgsched.dead_discard(%(task_id)s, %(reason)s) AS task_id;
+
+-- name: dashboard_task_cancel
+SELECT pgsched.cancel_task(%(task_id)s, %(reason)s) AS task_id;
+
+-- name: dashboard_schedules
+SELECT
+    s.id,
+    s.tenant_id,
+    s.task_type,
+    s.cron_expression,
+    s.timezone,
+    s.misfire_policy::text AS misfire_policy,
+    s.enabled,
+    s.quarantine_reason,
+    s.last_fire_at,
+    s.armed_task_id,
+    a.next_run_at AS armed_for,
+    a.status::text AS armed_status,
+    (
+        SELECT count(*)
+        FROM pgsched.schedule_occurrences AS o
+        WHERE o.schedule_id = s.id AND o.outcome = 'MISSED'
+    ) AS misfires
+FROM pgsched.schedules AS s
+LEFT JOIN pgsched.tasks AS a ON s.armed_task_id = a.id
+ORDER BY s.id
+LIMIT %(max_rows)s;
+
+-- name: dashboard_schedule_last_runs
+-- The last runs of each listed schedule: its occurrences' tasks, newest first.
+SELECT
+    o.schedule_id,
+    o.fire_at,
+    o.outcome,
+    o.task_id,
+    t.status::text AS status
+FROM unnest(%(schedule_ids)s::bigint[]) AS s (id)
+CROSS JOIN
+    LATERAL (  -- noqa: ST05
+        SELECT
+            oc.schedule_id,
+            oc.fire_at,
+            oc.outcome,
+            oc.task_id
+        FROM pgsched.schedule_occurrences AS oc
+        WHERE oc.schedule_id = s.id
+        ORDER BY oc.fire_at DESC
+        LIMIT 3
+    ) AS o
+LEFT JOIN pgsched.tasks AS t ON o.task_id = t.id
+ORDER BY o.schedule_id ASC, o.fire_at DESC;
+
+-- name: dashboard_schedule_enable
+SELECT pgsched.schedule_enable(%(schedule_id)s, %(enabled)s);
+
+-- name: dashboard_schedule_event_actor
+-- schedule_enable records 'enabled'/'disabled' without a detail; in the same transaction
+-- the dashboard writes who did it into that event.
+UPDATE pgsched.schedule_events AS e
+SET detail = %(detail)s
+WHERE e.id = (
+    SELECT max(x.id)
+    FROM pgsched.schedule_events AS x
+    WHERE x.schedule_id = %(schedule_id)s AND x.what IN ('enabled', 'disabled')
+);
+
+-- name: dashboard_tenants
+SELECT
+    t.tenant_id,
+    t.product,
+    t.active,
+    t.created_at,
+    t.updated_at
+FROM pgsched.tenants AS t
+ORDER BY t.product, t.tenant_id
+LIMIT %(max_rows)s;
+
+-- name: dashboard_workers
+-- Workers as their live leases show them (the hot tier's PROCESSING rows): a worker is
+-- alive while it renews leases, so the latest expiry is its last heartbeat plus the lease.
+SELECT
+    h.locked_by AS worker,
+    count(*) AS leases,
+    count(*) FILTER (WHERE h.lease_expires_at < now()) AS expired,
+    min(h.lease_expires_at) AS first_expiry,
+    max(h.lease_expires_at) AS last_expiry,
+    max(h.last_run_at) AS last_claim
+FROM pgsched.tasks AS h
+WHERE h.status = 'PROCESSING'
+GROUP BY h.locked_by
+ORDER BY h.locked_by;
+
+-- name: dashboard_worker_leases
+SELECT
+    h.id,
+    h.locked_by AS worker,
+    h.task_type,
+    h.tenant_id,
+    h.lane::text AS lane,
+    h.attempts,
+    h.last_run_at,
+    h.lease_expires_at
+FROM pgsched.tasks AS h
+WHERE h.status = 'PROCESSING'
+ORDER BY h.lease_expires_at
+LIMIT %(max_rows)s;
