@@ -46,9 +46,8 @@ def running_dashboard(
         deadline = time.monotonic() + 30
         while True:
             if process.poll() is not None:
-                raise AssertionError(
-                    f"dashboard exited {process.returncode}: {process.stdout.read()}"
-                )  # type: ignore[union-attr]
+                output = process.stdout.read() if process.stdout else ""
+                raise AssertionError(f"dashboard exited {process.returncode}: {output}")
             try:
                 httpx.get(url + "/static/dashboard.css", timeout=2)
                 break
@@ -73,7 +72,7 @@ def make_dead_task(
     task_id = conn.execute(
         "SELECT pgsched.schedule_task(%s, max_attempts => 1, run_at => %s)",
         (task_type, datetime.now(UTC)),
-    ).fetchone()[0]  # type: ignore[index]
+    ).fetchone()[0]
     claimed = conn.execute(
         "SELECT id, lease_token FROM pgsched.task_claim_many('NORMAL', 1, 'w-test', '5 minutes')"
     ).fetchall()

@@ -58,7 +58,7 @@ def test_task_search_finds_by_id_type_tenant_key_and_names_a_bad_field(
         ids[name] = conn.execute(
             "SELECT pgsched.schedule_task(%s, tenant_id => %s, idempotency_key => %s)",
             (f"type_{name}", tenant, key),
-        ).fetchone()[0]  # type: ignore[index]
+        ).fetchone()[0]
     with running_dashboard(env) as dash:
 
         def found(**params: str) -> set[int]:
@@ -116,7 +116,7 @@ def test_dead_retry_needs_confirmation_and_records_the_actor(
     detail = conn.execute(
         "SELECT detail FROM pgsched.task_events WHERE task_id = %s ORDER BY id DESC LIMIT 1",
         (first,),
-    ).fetchone()[0]  # type: ignore[index]
+    ).fetchone()[0]
     assert detail.startswith("retried from the DEAD lane by ") and detail.endswith("via dashboard")
 
 
@@ -124,7 +124,7 @@ def test_a_refused_write_changes_nothing_of_the_batch(
     conn: psycopg.Connection, env: dict[str, str]
 ) -> None:
     dead = make_dead_task(conn)
-    queued = conn.execute("SELECT pgsched.schedule_task('x')").fetchone()[0]  # type: ignore[index]
+    queued = conn.execute("SELECT pgsched.schedule_task('x')").fetchone()[0]
     with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
         token = csrf_field(client.get("/dead").text)
         form = {"csrf_token": token, "action": "discard", "task_id": [str(dead), str(queued)]}
@@ -222,7 +222,7 @@ def test_with_a_token_every_page_needs_it_and_the_user_is_the_actor(
     detail = conn.execute(
         "SELECT detail FROM pgsched.task_events WHERE task_id = %s ORDER BY id DESC LIMIT 1",
         (dead,),
-    ).fetchone()[0]  # type: ignore[index]
+    ).fetchone()[0]
     assert detail == "discarded from the DEAD lane by alice via dashboard"
 
 
@@ -251,7 +251,7 @@ def test_schedule_pause_and_resume_record_who_did_it(
 ) -> None:
     schedule_id = conn.execute(
         "SELECT pgsched.schedule_recurring('report', '0 9 * * *', 'Europe/Paris')"
-    ).fetchone()[0]  # type: ignore[index]
+    ).fetchone()[0]
     with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
         page = client.get("/schedules")
         assert "Europe/Paris" in page.text and "09:00 CE" in page.text  # CET or CEST
