@@ -269,7 +269,9 @@ def test_schedule_pause_and_resume_record_who_did_it(
 def test_pages_render_through_a_read_only_role(
     conn: psycopg.Connection, env: dict[str, str], db_dsn: str
 ) -> None:
-    conn.execute("CREATE ROLE dash_reader LOGIN IN ROLE pgsched_worker")
+    conn.execute("CREATE ROLE dash_reader LOGIN")
+    conn.execute("GRANT USAGE ON SCHEMA pgsched TO dash_reader")
+    conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA pgsched TO dash_reader")
     try:
         make_dead_task(conn)
         read_dsn = psycopg.conninfo.make_conninfo(db_dsn, user="dash_reader")

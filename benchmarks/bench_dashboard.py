@@ -1,0 +1,176 @@
+"""Dashboard page timings on a big database: p95 render time of every page.
+
+Seeds a throwaway cluster with N future tasks (default 10,000,000, due over 365 days from
++25 h: the cold tier; bench_schedule's bulk path), plus the recent work a busy system has
+(tasks due now, some completed, some running, some DEAD), starts `pgsched dashboard`, and
+times R requests per page with a real HTTP client (httpx, one connection, sequential).
+Prints a table and writes JSON (--out).
+
+    python -m benchmarks.bench_dashboard --tasks 10000000 --requests 50 --out dash.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+
+from benchmarks.bench_backlog import fill_backlog
+from benchmarks.measure import percentiles, start_server
+from pgsched.migrations import migrate
+
+RECENT_CHUNK = 1_000
+
+
+def seed_recent(dsn: str, completed: int, dead: int, running: int) -> dict[str, int]:
+    """Work finished in the last hour (claimed and reported through the SQL API)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        total = completed + dead + running
+        now = datetime.now(UTC)
+        for lo in range(0, total, RECENT_CHUNK):
+            n = min(RECENT_CHUNK, total - lo)
+            conn.execute(
+                "SELECT count(*) FROM pgsched.schedule_tasks("
+                " task_types => array_fill('report'::text, ARRAY[%s]),"
+                " tenant_ids => (SELECT array_agg('t' || (g %% 50)) FROM generate_series(1, %s) g),"
+                " run_ats => array_fill(%s::timestamptz, ARRAY[%s]),"
+                " idempotency_keys => (SELECT array_agg('k' || (%s + g)) FROM generate_series(1, %s) g))",
+                (n, n, now - timedelta(minutes=59) * (1 - lo / total), n, lo, n),
+            )
+        done = 0
+        for outcome, count in (("COMPLETED", completed), ("FAILED", dead)):
+            left = count
+            while left > 0:
+                rows = conn.execute(
+                    "SELECT id, lease_token FROM pgsched.task_claim_many('NORMAL', %s, 'bench', '1 hour')",
+                    (min(RECENT_CHUNK, left),),
+                ).fetchall()
+                conn.execute(
+                    "SELECT count(*) FROM pgsched.task_finish_many(%s, %s, %s, %s)",
+                    (
+                        [r[0] for r in rows],
+                        [r[1] for r in rows],
+                        [outcome] * len(rows),
+                        ["boom" if outcome == "FAILED" else None] * len(rows),
+                    ),
+                )
+                left -= len(rows)
+                done += len(rows)
+        conn.execute(
+            "SELECT count(*) FROM pgsched.task_claim_many('NORMAL', %s, 'bench-live', '1 hour')",
+            (running,),
+        )
+        conn.execute("SELECT pgsched.schedule_recurring('digest', '0 9 * * *', 'Europe/Berlin')")
+        conn.execute("VACUUM ANALYZE")
+        return {"completed": completed, "dead": dead, "running": running}
+
+
+def pages(dsn: str) -> dict[str, str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        some = conn.execute(
+            "SELECT id, tenant_id, idempotency_key FROM pgsched.tasks_cold ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        dead = conn.execute(
+            "SELECT id FROM pgsched.tasks_done WHERE status = 'FAILED' LIMIT 1"
+        ).fetchone()
+    assert some is not None and dead is not None
+    return {
+        "overview": "/",
+        "task page (DEAD task)": f"/tasks/{dead[0]}",
+        "search by id": f"/tasks?id={some[0]}",
+        "search by tenant+key": "/tasks?tenant=t7&key=k77",
+        "search by status (FAILED)": "/tasks?status=FAILED",
+        "search by type (recent)": "/tasks?type=report",
+        "search by due range (1 day)": "/tasks?due_from="
+        + (datetime.now(UTC) + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
+        + "&due_until="
+        + (datetime.now(UTC) + timedelta(days=31)).strftime("%Y-%m-%dT%H:%M"),
+        "dead lane": "/dead",
+        "schedules": "/schedules",
+        "tenants": "/tenants",
+        "workers": "/workers",
+    }
+
+
+def time_pages(url: str, paths: dict[str, str], requests: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for name, path in paths.items():
+            client.get(path).raise_for_status()  # warm: connections, plans, cache
+            times = []
+            for _ in range(requests):
+                t0 = time.perf_counter()
+                response = client.get(path)
+                times.append((time.perf_counter() - t0) * 1000)
+                response.raise_for_status()
+            results[name] = {"path": path, **percentiles(times)}
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10_000_000, help="future tasks (cold)")
+    parser.add_argument("--requests", type=int, default=50, help="requests per page")
+    parser.add_argument("--completed", type=int, default=20_000, help="completed last hour")
+    parser.add_argument("--dead", type=int, default=2_000, help="DEAD tasks")
+    parser.add_argument("--out", default="bench_dashboard.json", help="JSON result file")
+    args = parser.parse_args(argv)
+
+    server = start_server()
+    try:
+        dsn = server.dsn
+        migrate(dsn)
+        t0 = time.perf_counter()
+        backlog = fill_backlog(dsn, args.tasks)
+        recent = seed_recent(dsn, args.completed, args.dead, running=200)
+        seeded_s = time.perf_counter() - t0
+        port = 8000 + (server.port or 0) % 1000
+        dash = subprocess.Popen(
+            [sys.executable, "-m", "pgsched", "--dsn", dsn, "dashboard", "--port", str(port)]
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            for _ in range(300):
+                try:
+                    httpx.get(url + "/static/dashboard.css")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            results = time_pages(url, pages(dsn), args.requests)
+        finally:
+            dash.terminate()
+            dash.wait(10)
+        with psycopg.connect(dsn) as conn:
+            counted = conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone()
+    finally:
+        server.stop()
+
+    print(f"\n{counted[0] if counted else '?':,} tasks; {args.requests} requests per page (ms)")
+    print(f"{'page':32} {'p50':>8} {'p95':>8} {'max':>8}")
+    for name, r in results.items():
+        print(f"{name:32} {r['p50']:8.1f} {r['p95']:8.1f} {r['max']:8.1f}")
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "tasks": counted[0] if counted else None,
+                "seed": {"backlog": backlog, "recent": recent, "seconds": round(seeded_s, 1)},
+                "requests_per_page": args.requests,
+                "pages_ms": results,
+            },
+            f,
+            indent=2,
+            default=str,
+        )
+    print(f"written {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
