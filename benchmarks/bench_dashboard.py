@@ -41,7 +41,8 @@ def seed_recent(dsn: str, completed: int, dead: int, running: int) -> dict[str, 
                 " task_types => array_fill('report'::text, ARRAY[%s]),"
                 " tenant_ids => (SELECT array_agg('t' || (g %% 50)) FROM generate_series(1, %s) g),"
                 " run_ats => array_fill(%s::timestamptz, ARRAY[%s]),"
-                " idempotency_keys => (SELECT array_agg('k' || (%s + g)) FROM generate_series(1, %s) g))",
+                " idempotency_keys =>"
+                "   (SELECT array_agg('k' || (%s + g)) FROM generate_series(1, %s) g))",
                 (n, n, now - timedelta(minutes=59) * (1 - lo / total), n, lo, n),
             )
         done = 0
@@ -49,7 +50,8 @@ def seed_recent(dsn: str, completed: int, dead: int, running: int) -> dict[str, 
             left = count
             while left > 0:
                 rows = conn.execute(
-                    "SELECT id, lease_token FROM pgsched.task_claim_many('NORMAL', %s, 'bench', '1 hour')",
+                    "SELECT id, lease_token"
+                    " FROM pgsched.task_claim_many('NORMAL', %s, 'bench', '1 hour')",
                     (min(RECENT_CHUNK, left),),
                 ).fetchall()
                 conn.execute(
