@@ -27,6 +27,10 @@ class TaskStateError(PgschedError):
     """The task is not in a state that allows the operation; nothing was changed."""
 
 
+class SchemaMismatchError(PgschedError):
+    """The database's schema is not the one this pgsched needs; the message says what to run."""
+
+
 def translate(exc: psycopg.Error) -> Exception:
     """Map a database refusal to the pgsched error a caller can catch."""
     message = exc.diag.message_primary or str(exc)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pgsched.errors import SchemaMismatchError
+from pgsched.queries import query
 from pgsched.sql_files import Migration, migrations
 
 # An arbitrary constant shared by every pgsched process: "the migration lock".
@@ -104,3 +106,50 @@ def schema_version(conn: psycopg.Connection) -> int:
         return 0
     row = conn.execute("SELECT coalesce(max(version), 0) FROM pgsched.schema_migrations").fetchone()
     return int(row[0]) if row else 0
+
+
+def require_current_schema(database: str | psycopg.Connection) -> int:
+    """Refuse to run against a schema this pgsched was not built for: not migrated, migrated
+    by an older pgsched (some files not applied), by a newer one, or with a changed file.
+    Long-running processes call this at start, so they stop at once with what to run instead
+    of failing on a missing function later. Returns the schema version."""
+    if isinstance(database, str):
+        with psycopg.connect(database, autocommit=True) as conn:
+            return require_current_schema(conn)
+    known = {m.version: m for m in migrations()}
+    newest_known = max(known, default=0)
+    row = database.execute(query("schema_migrations_present")).fetchone()
+    if not (row and row[0]):
+        raise SchemaMismatchError(
+            "this database has no pgsched schema: run `pgsched migrate` (with the same "
+            "--dsn / PGSCHED_DSN) first"
+        )
+    try:
+        applied = database.execute(query("schema_migrations_applied")).fetchall()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SchemaMismatchError(
+            f"cannot read pgsched.schema_migrations ({exc.diag.message_primary}): "
+            "grant this login a pgsched role"
+        ) from None
+    versions = {version for version, _, _ in applied}
+    newer = sorted(versions - known.keys())
+    if newer:
+        raise SchemaMismatchError(
+            f"this database was migrated by a newer pgsched (schema version {max(newer)}); "
+            f"this pgsched knows versions up to {newest_known}: upgrade pgsched"
+        )
+    for version, name, checksum in applied:
+        if checksum != known[version].checksum:
+            raise SchemaMismatchError(
+                f"migration {version:04d}_{name} was applied from a different file than this "
+                "pgsched ships: run the pgsched version that migrated this database"
+            )
+    missing = sorted(known.keys() - versions)
+    if missing:
+        current = max(versions, default=0)
+        raise SchemaMismatchError(
+            f"this database's pgsched schema is at version {current} and this pgsched needs "
+            f"{newest_known} (missing {', '.join(f'{v:04d}' for v in missing)}): "
+            "run `pgsched migrate`"
+        )
+    return newest_known

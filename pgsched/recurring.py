@@ -17,12 +17,14 @@ Misfires (fire times that passed while nothing ran, older than `MISFIRE_GRACE`),
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from pgsched.cron import CronError, parse
 from pgsched.queries import query
@@ -82,28 +84,71 @@ def plan_next(schedule: ScheduleRow, now: datetime) -> ArmPlan:
     return ArmPlan(missed[-1], missed[:-1])
 
 
+def database_now(conn: psycopg.Connection[Any]) -> datetime:
+    """The database's clock: misfires are judged by it, never by this host's."""
+    row = conn.execute(query("database_now")).fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
+
+
+def is_row_fault(exc: Exception) -> bool:
+    """True when arming failed because of what the schedule row holds (so quarantining it
+    is right), False for faults of the connection, the server or the schema, which would
+    otherwise take every schedule out of service at once."""
+    if isinstance(exc, psycopg.Error):
+        # 22: data exception (22023 from the SQL API's checks), 23: integrity constraint,
+        # P0: a RAISE in a pgsched function.
+        return exc.sqlstate is not None and exc.sqlstate[:2] in ("22", "23", "P0")
+    # Planning is a pure function of the row and `now`: whatever it raises is the row's.
+    return True
+
+
+def quarantine(conn: psycopg.Connection[Any], schedule_id: int, reason: str, now: datetime) -> None:
+    log.error("schedule %s quarantined: %s", schedule_id, reason)
+    conn.execute(
+        query("schedule_quarantine"), {"schedule_id": schedule_id, "reason": reason, "now": now}
+    )
+
+
 def arm(
     conn: psycopg.Connection[Any], schedule: ScheduleRow, now: datetime | None = None
 ) -> int | None:
     """Arm the schedule's next occurrence; returns the task id, or None when another
-    scheduler got there first. A schedule whose row cannot be computed is quarantined."""
-    now = now or datetime.now(UTC)
+    scheduler got there first. A schedule whose row cannot be armed (its expression, its
+    zone, or a value the database refuses) is quarantined with the reason; any other fault
+    is raised. `now` defaults to the database's clock."""
+    now = now or database_now(conn)
     try:
         plan = plan_next(schedule, now)
-    except CronError as exc:
-        log.error("schedule %s quarantined: %s", schedule.id, exc)
-        conn.execute(query("schedule_quarantine"), {"schedule_id": schedule.id, "reason": str(exc)})
+        # A savepoint when the caller holds a transaction: a refused row leaves it usable.
+        idle = conn.info.transaction_status == TransactionStatus.IDLE
+        with contextlib.nullcontext() if idle else conn.transaction():
+            row = conn.execute(
+                query("schedule_arm"),
+                {
+                    "schedule_id": schedule.id,
+                    "expected_task_id": schedule.armed_task_id,
+                    "fire_at": plan.fire_at,
+                    "missed": plan.missed,
+                    "now": now,
+                },
+            ).fetchone()
+    except Exception as exc:
+        if not is_row_fault(exc):
+            raise
+        quarantine(conn, schedule.id, quarantine_reason(exc), now)
         return None
-    row = conn.execute(
-        query("schedule_arm"),
-        {
-            "schedule_id": schedule.id,
-            "expected_task_id": schedule.armed_task_id,
-            "fire_at": plan.fire_at,
-            "missed": plan.missed,
-        },
-    ).fetchone()
     return int(row[0]) if row and row[0] is not None else None
+
+
+def quarantine_reason(exc: Exception) -> str:
+    if isinstance(exc, CronError):
+        return str(exc)
+    if isinstance(exc, psycopg.Error):
+        message = exc.diag.message_primary or str(exc)
+        return f"arming refused by the database ({exc.sqlstate}): {message}"
+    return f"cannot compute the next fire time: {type(exc).__name__}: {exc}"
 
 
 def arm_after_task(conn: psycopg.Connection[Any], task_id: int) -> int | None:

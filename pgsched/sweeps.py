@@ -19,12 +19,13 @@ its next try (every `leader_retry` seconds, jittered).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
@@ -32,13 +33,12 @@ from psycopg.rows import dict_row
 
 from pgsched.option_checks import require_int, require_seconds
 from pgsched.queries import query
-from pgsched.recurring import ScheduleRow, arm
+from pgsched.recurring import ScheduleRow, arm, database_now
+from pgsched.startup import connect, first_line, retry_delay, wait_for_current_schema
 
 log = logging.getLogger("pgsched.sweeps")
 
 LEADER_LOCK_KEY = 0x70677363686564 + 1  # "pgsched" + 1: the sweep leader
-
-
 CHUNK_TIMINGS = 1000
 
 
@@ -48,6 +48,13 @@ def check_sweep(sweep: Any) -> None:
     for size in ("chunk", "batch"):
         if hasattr(sweep, size):
             require_int(f"{sweep.name} sweep {size}", getattr(sweep, size), 1)
+    # Durations: retention keeping nothing would delete today's history; a negative
+    # overdue age would wake lanes for work that is not due.
+    for duration, zero_ok in (("keep", False), ("overdue_after", True)):
+        if hasattr(sweep, duration):
+            value = getattr(sweep, duration)
+            seconds = value.total_seconds() if isinstance(value, timedelta) else value
+            require_seconds(f"{sweep.name} sweep {duration}", seconds, zero_ok=zero_ok)
 
 
 class Sweep(Protocol):
@@ -73,7 +80,7 @@ class PromotionSweep:
         while True:
             started = time.perf_counter()
             row = conn.execute(
-                query("task_promote_due"), {"max_tasks": self.chunk, "within": None}
+                query("task_promote_due"), {"max_tasks": self.chunk, "within": None, "now": now}
             ).fetchone()
             self.chunk_seconds.append(time.perf_counter() - started)
             moved = int(row[0]) if row else 0
@@ -93,18 +100,39 @@ class RecurringSweep:
         check_sweep(self)
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
-        armed = skipped = 0
+        armed = skipped = failed = 0
         while True:
             rows = conn.execute(query("schedules_unarmed"), {"max_rows": self.batch}).fetchall()
             progress = 0
             for row in rows:
-                if arm(conn, ScheduleRow(*row), now) is not None:
+                schedule = ScheduleRow(*row)
+                # One schedule's fault never stops the others: a bad row is quarantined by
+                # arm(); anything else skips this schedule until the next sweep.
+                try:
+                    task_id = arm(conn, schedule, now)
+                except Exception as exc:
+                    if not _schedule_can_be_skipped(conn, exc):
+                        raise
+                    failed += 1
+                    log.error("schedule %s not armed this sweep: %s", schedule.id, first_line(exc))
+                    continue
+                if task_id is not None:
                     armed += 1
                     progress += 1
                 else:
                     skipped += 1
             if len(rows) < self.batch or progress == 0:
-                return {"armed": armed, "not_armed": skipped}
+                counts = {"armed": armed, "not_armed": skipped}
+                if failed:
+                    counts["failed"] = failed
+                return counts
+
+
+def _schedule_can_be_skipped(conn: psycopg.Connection[Any], exc: Exception) -> bool:
+    """False once the connection is lost: every schedule would fail, and the sweeper
+    reconnects. Any other fault (a lock timeout, a tenant the sweeper may not act for)
+    belongs to this schedule this time; the schema itself was checked at start."""
+    return not (conn.broken or conn.closed)
 
 
 @dataclass
@@ -121,20 +149,23 @@ class RescueSweep:
         promoted_late = rescued = 0
         while True:
             row = conn.execute(
-                query("task_promote_due"), {"max_tasks": self.chunk, "within": timedelta(0)}
+                query("task_promote_due"),
+                {"max_tasks": self.chunk, "within": timedelta(0), "now": now},
             ).fetchone()
             moved = int(row[0]) if row else 0
             promoted_late += moved
             if moved < self.chunk:
                 break
         while True:
-            row = conn.execute(query("lease_rescue_all"), {"max_tasks": self.chunk}).fetchone()
+            row = conn.execute(
+                query("lease_rescue_all"), {"max_tasks": self.chunk, "now": now}
+            ).fetchone()
             moved = int(row[0]) if row else 0
             rescued += moved
             if moved < self.chunk:
                 break
         overdue = conn.execute(
-            query("task_wake_overdue"), {"older_than": self.overdue_after}
+            query("task_wake_overdue"), {"older_than": self.overdue_after, "now": now}
         ).fetchall()
         return {
             "promoted_late": promoted_late,
@@ -160,7 +191,8 @@ class RetentionSweep:
         with conn.cursor(row_factory=dict_row) as cur:
             while True:
                 row = cur.execute(
-                    query("retention_prune"), {"keep": self.keep, "max_rows": self.chunk}
+                    query("retention_prune"),
+                    {"keep": self.keep, "max_rows": self.chunk, "now": now},
                 ).fetchone()
                 assert row is not None
                 for name, count in row.items():
@@ -174,7 +206,12 @@ def default_sweeps() -> list[Sweep]:
 
 
 class Sweeper:
-    """Runs the sweeps while it is the elected leader; otherwise waits to take over."""
+    """Runs the sweeps while it is the elected leader; otherwise waits to take over.
+
+    Each sweep has its own error boundary: one that fails is logged and runs again at its
+    next interval, while the others keep their times. Only a lost connection ends the
+    leadership; the sweeps' times survive it, so a reconnect does not run them all at once.
+    """
 
     def __init__(
         self,
@@ -183,31 +220,54 @@ class Sweeper:
         leader_retry: float = 5.0,
         on_counts: Any = None,
     ) -> None:
+        require_seconds("sweeper leader_retry", leader_retry)
         self.dsn = dsn
         self.sweeps = sweeps if sweeps is not None else default_sweeps()
         self.leader_retry = leader_retry
         self.on_counts = on_counts
         self.is_leader = False
         self._stop = threading.Event()
+        self._next_run = {sweep.name: 0.0 for sweep in self.sweeps}
+        self._connected = False
 
     def stop(self) -> None:
         self._stop.set()
 
     def run(self) -> None:
+        """Lead or wait until stop(). Raises SchemaMismatchError at start if the database's
+        schema is not this pgsched's (waiting cannot fix that); an unreachable database is
+        waited for."""
+        if not wait_for_current_schema(self.dsn, "sweeper", self._stop.is_set):
+            return
+        attempt = 0
         while not self._stop.is_set():
+            self._connected = False
             try:
                 self._lead_when_elected()
             except psycopg.Error as exc:
-                log.warning("sweeper lost its database connection (%s); retrying", exc)
+                if self.is_leader:
+                    log.warning("sweeper lost leadership: %s", first_line(exc))
+                    self.is_leader = False
+                attempt = 1 if self._connected else attempt + 1
+                delay = retry_delay(attempt)
+                log.warning(
+                    "sweeper cannot reach the database (attempt %d: %s); retrying in %.1fs",
+                    attempt,
+                    first_line(exc),
+                    delay,
+                )
+                self._stop.wait(delay)
+                continue
+            if self.is_leader:
+                log.info("sweeper gave up leadership: stopping")
                 self.is_leader = False
-            if not self._stop.is_set():
-                self._stop.wait(self.leader_retry * random.uniform(0.5, 1.0))
 
     def _lead_when_elected(self) -> None:
         with (
-            psycopg.connect(self.dsn, autocommit=True) as leader,
-            psycopg.connect(self.dsn, autocommit=True) as work,
+            connect(self.dsn, autocommit=True) as leader,
+            connect(self.dsn, autocommit=True) as work,
         ):
+            self._connected = True
             while not self._stop.is_set():
                 row = leader.execute(query("sweep_leader_try"), {"key": LEADER_LOCK_KEY}).fetchone()
                 if row and row[0]:
@@ -216,9 +276,9 @@ class Sweeper:
             else:
                 return
             self.is_leader = True
-            log.info("elected sweep leader")
+            log.info("sweeper became leader")
             leader.execute(query("listen_recurring"))
-            next_run = {sweep.name: 0.0 for sweep in self.sweeps}
+            next_run = self._next_run
             while not self._stop.is_set():
                 now_mono = time.monotonic()
                 for sweep in self.sweeps:
@@ -238,7 +298,21 @@ class Sweeper:
 
     def _run_sweep(self, sweep: Sweep, conn: psycopg.Connection[Any]) -> None:
         started = time.perf_counter()
-        counts = sweep.run_once(conn, datetime.now(UTC))
+        try:
+            # One reading of the database's clock per sweep: every due, misfire and lease
+            # decision of this run is judged by it, never by this host's clock.
+            counts = sweep.run_once(conn, database_now(conn))
+        except Exception as exc:
+            if conn.broken or conn.closed:
+                raise
+            log.error(
+                "sweep %s failed (%s); it runs again in %.0fs, the other sweeps keep their times",
+                sweep.name,
+                first_line(exc),
+                sweep.interval,
+                exc_info=exc,
+            )
+            return
         elapsed = time.perf_counter() - started
         if any(counts.values()):
             log.info("sweep %s: %s (%.3fs)", sweep.name, counts, elapsed)
@@ -254,9 +328,10 @@ def run_all_once(dsn: str, sweeps: list[Sweep] | None = None) -> dict[str, dict[
         psycopg.connect(dsn, autocommit=True) as leader,
         psycopg.connect(dsn, autocommit=True) as work,
     ):
+        require_current_schema(work)
         row = leader.execute(query("sweep_leader_try"), {"key": LEADER_LOCK_KEY}).fetchone()
         if not (row and row[0]):
             return results
         for sweep in sweeps if sweeps is not None else default_sweeps():
-            results[sweep.name] = sweep.run_once(work, datetime.now(UTC))
+            results[sweep.name] = sweep.run_once(work, database_now(work))
     return results

@@ -6,6 +6,7 @@
 #   PostgreSQL server binaries  the tests start their own throwaway server (initdb, pg_ctl)
 #   python3 >= 3.11 with venv   .venv/ with pgsched installed editable, plus its dev tools
 #   chromium                    the dashboard's browser tests drive it (Playwright)
+#   faketime (optional)         the clock-skew tests shift a process's host clock
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -63,6 +64,15 @@ if ((${#missing[@]} > 0)); then
 fi
 
 have_pg_server || { say "PostgreSQL server binaries still missing after install"; exit 1; }
+# libfaketime: the clock-skew tests run a sweeper and a worker with their host clock an
+# hour off. Optional: without it those tests fail and say what to install.
+if ! compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        apt_install faketime
+    else
+        say "optional: sudo apt-get install -y faketime (for the clock-skew tests)"
+    fi
+fi
 if is_root && ! id -u "${PGSCHED_PG_USER:-postgres}" >/dev/null 2>&1; then
     say "running as root, and Postgres refuses to run as root: the tests run it as the"
     say "'${PGSCHED_PG_USER:-postgres}' user, which does not exist (the postgresql package creates it)"

@@ -184,23 +184,24 @@ SELECT pgsched.schedule_arm(
     %(schedule_id)s,
     %(expected_task_id)s,
     %(fire_at)s,
-    %(missed)s::timestamptz[]
+    %(missed)s::timestamptz[],
+    %(now)s
 ) AS task_id;
 
 -- name: schedule_quarantine
-SELECT pgsched.schedule_quarantine(%(schedule_id)s, %(reason)s);
+SELECT pgsched.schedule_quarantine(%(schedule_id)s, %(reason)s, %(now)s);
 
 -- name: task_promote_due
-SELECT pgsched.task_promote_due(%(max_tasks)s, NULL, %(within)s) AS promoted;
+SELECT pgsched.task_promote_due(%(max_tasks)s, %(now)s, %(within)s) AS promoted;
 
 -- name: task_wake_overdue
 SELECT
     lane::text AS lane,
     overdue
-FROM pgsched.task_wake_overdue(%(older_than)s);
+FROM pgsched.task_wake_overdue(%(older_than)s, %(now)s);
 
 -- name: lease_rescue_all
-SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s) AS rescued;
+SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s, %(now)s) AS rescued;
 
 -- name: retention_prune
 SELECT
@@ -209,7 +210,23 @@ SELECT
     idempotency_keys,
     occurrences,
     ledger
-FROM pgsched.retention_prune(%(keep)s, %(max_rows)s);
+FROM pgsched.retention_prune(%(keep)s, %(max_rows)s, %(now)s);
+
+-- name: database_now
+-- The database's clock: every due, misfire and lease decision is judged by it, never by
+-- the host's (clock_timestamp, not now(): the caller may be inside a transaction).
+SELECT clock_timestamp() AS now;
+
+-- name: schema_migrations_present
+SELECT to_regclass('pgsched.schema_migrations') IS NOT NULL AS present;
+
+-- name: schema_migrations_applied
+SELECT
+    version,
+    name,
+    checksum
+FROM pgsched.schema_migrations
+ORDER BY version;
 
 -- name: sweep_leader_try
 SELECT pg_try_advisory_lock(%(key)s) AS leader;

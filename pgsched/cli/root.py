@@ -19,7 +19,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgsched.dsn import DSN_ENV, NoDatabaseError, resolve_dsn
 from pgsched.embedded import EmbeddedError
-from pgsched.errors import ConfigError, InvalidTaskError, PgschedError, TaskNotFoundError
+from pgsched.errors import (
+    ConfigError,
+    InvalidTaskError,
+    PgschedError,
+    SchemaMismatchError,
+    TaskNotFoundError,
+)
 from pgsched.migrations import MigrationError
 
 USAGE = 2
@@ -29,7 +35,14 @@ RUNTIME = 1
 # libpq's default of minutes; a DSN's own connect_timeout (or $PGCONNECT_TIMEOUT) wins.
 CONNECT_TIMEOUT_S = 10
 
-_BAD_INPUT = (InvalidTaskError, ConfigError, TaskNotFoundError, NoDatabaseError)
+# SchemaMismatchError: the database needs `pgsched migrate` (or pgsched an upgrade) first.
+_BAD_INPUT = (
+    InvalidTaskError,
+    ConfigError,
+    TaskNotFoundError,
+    NoDatabaseError,
+    SchemaMismatchError,
+)
 
 
 @dataclass

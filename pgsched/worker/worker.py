@@ -26,6 +26,7 @@ from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.lanes import Lane
 from pgsched.queries import query
 from pgsched.recurring import arm_after_task
+from pgsched.startup import wait_for_current_schema
 from pgsched.sweeps import Sweeper
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.claims import claim_many
@@ -88,10 +89,14 @@ class Worker:
     async def run(self, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
+        stopped = self._stop_requested.is_set
         tune_gc_for_throughput()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
+        # Wait for the database, refuse a schema this pgsched does not match (raises).
+        if not await asyncio.to_thread(wait_for_current_schema, self.dsn, "worker", stopped):
+            return
         lanes = self.config.lanes
         concurrency = sum(self.config.lane_settings(lane).concurrency for lane in lanes)
         # Claims, next-due queries, outcome flushes and ledger writes are short: a few

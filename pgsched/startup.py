@@ -1,0 +1,78 @@
+"""What a long-running process (worker, sweeper) checks before it starts.
+
+The database must be reachable: a process started before its database (a reboot, a
+failover) waits for it, retrying with exponential backoff and one log line per attempt,
+instead of crash-looping under its supervisor. Its schema must be the one this pgsched
+ships: otherwise the process stops at once with what to run (`SchemaMismatchError`), since
+waiting cannot fix it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from pgsched.migrations import require_current_schema
+
+log = logging.getLogger("pgsched.startup")
+
+FIRST_RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 30.0
+# Without a connect_timeout in the conninfo, an unreachable host blocks a connect for as
+# long as the kernel retries TCP (minutes); each attempt is bounded instead.
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1, 2, ...): doubling from
+    FIRST_RETRY_SECONDS up to MAX_RETRY_SECONDS, jittered so restarted fleets spread out."""
+    base: float = min(FIRST_RETRY_SECONDS * 2 ** min(attempt - 1, 16), MAX_RETRY_SECONDS)
+    return base * random.uniform(0.8, 1.2)
+
+
+def connect(conninfo: str, **kwargs: object) -> psycopg.Connection:
+    """psycopg.connect with a bounded connect time unless the conninfo sets one."""
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    return psycopg.connect(conninfo, **kwargs)  # type: ignore[arg-type]
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def wait_for_current_schema(
+    conninfo: str, process: str, stopped: Callable[[], bool] = lambda: False
+) -> bool:
+    """Wait until the database answers, then require its schema to be current. Returns
+    False if `stopped()` became true while waiting; raises SchemaMismatchError."""
+    attempt = 0
+    while not stopped():
+        attempt += 1
+        try:
+            with connect(conninfo, autocommit=True) as conn:
+                version = require_current_schema(conn)
+        except psycopg.OperationalError as exc:
+            delay = retry_delay(attempt)
+            log.warning(
+                "%s cannot reach the database (attempt %d: %s); retrying in %.1fs",
+                process,
+                attempt,
+                first_line(exc),
+                delay,
+            )
+            deadline = time.monotonic() + delay
+            while not stopped() and time.monotonic() < deadline:
+                time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+            continue
+        if attempt > 1:
+            log.info("%s reached the database after %d attempts", process, attempt)
+        log.debug("%s: schema version %d is current", process, version)
+        return True
+    return False
