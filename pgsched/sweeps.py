@@ -19,7 +19,6 @@ its next try (every `leader_retry` seconds, jittered).
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
@@ -31,6 +30,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
+from pgsched.migrations import require_current_schema
 from pgsched.option_checks import require_int, require_seconds
 from pgsched.queries import query
 from pgsched.recurring import ScheduleRow, arm, database_now

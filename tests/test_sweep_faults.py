@@ -232,9 +232,7 @@ def test_in_a_running_sweeper_a_bad_schedule_stops_only_itself_and_a_lost_leader
 
     status = run_cli(db_env, "status")
     assert status.returncode == 0, status.stderr
-    line = next(
-        ln for ln in status.stdout.splitlines() if ln.startswith(f"! schedule {bad} (")
-    )
+    line = next(ln for ln in status.stdout.splitlines() if ln.startswith(f"! schedule {bad} ("))
     assert "is quarantined" in line and "priority 11 is out of range" in line, status.stdout
 
     # The leader's sessions are cut: it says so, is elected again, and its sweeps keep
