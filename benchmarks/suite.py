@@ -578,7 +578,7 @@ def pgsched_promotion_lateness(dsn: str, plan: Plan) -> dict[str, Any]:
                 *pgsched_exe(),
                 "--dsn",
                 dsn,
-                "scheduler",
+                "sweeper",
                 "--promotion-interval",
                 "5",
                 "--log-level",

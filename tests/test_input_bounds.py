@@ -21,6 +21,8 @@ BAD_RUN_ATS = [
     "10000-01-01 00:00:00+00",
     "9999-12-31 23:00:00+00",  # Python can hold it in UTC, not in a zone east of UTC
     "1969-12-31 23:59:59+00",
+    "infinity",
+    "-infinity",
 ]
 
 
