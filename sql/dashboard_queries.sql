@@ -249,18 +249,22 @@ CROSS JOIN
 LEFT JOIN pgsched.tasks AS t ON o.task_id = t.id
 ORDER BY o.schedule_id ASC, o.fire_at DESC;
 
--- name: dashboard_schedule_enable
-SELECT pgsched.schedule_enable(%(schedule_id)s, %(enabled)s);
+-- name: dashboard_schedule_pause
+-- The CLI's pause: disables the schedule and cancels its armed occurrence if not started.
+SELECT pgsched.schedule_pause(%(schedule_id)s, %(reason)s);
+
+-- name: dashboard_schedule_resume
+SELECT pgsched.schedule_resume(%(schedule_id)s);
 
 -- name: dashboard_schedule_event_actor
--- schedule_enable records 'enabled'/'disabled' without a detail; in the same transaction
--- the dashboard writes who did it into that event.
+-- schedule_resume records 'resumed' without a detail; in the same transaction the
+-- dashboard writes who did it into that event.
 UPDATE pgsched.schedule_events AS e
 SET detail = %(detail)s
 WHERE e.id = (
     SELECT max(x.id)
     FROM pgsched.schedule_events AS x
-    WHERE x.schedule_id = %(schedule_id)s AND x.what IN ('enabled', 'disabled')
+    WHERE x.schedule_id = %(schedule_id)s AND x.what = 'resumed'
 );
 
 -- name: dashboard_tenants

@@ -18,6 +18,7 @@ from dashboard_server import (
 )
 
 from pgsched.dashboard.security import TOKEN_HASH_ENV, hash_token
+from pgsched.sweeps import RecurringSweep
 
 
 @pytest.fixture
@@ -252,6 +253,8 @@ def test_schedule_pause_and_resume_record_who_did_it(
     schedule_id = conn.execute(
         "SELECT pgsched.schedule_recurring('report', '0 9 * * *', 'Europe/Paris')"
     ).fetchone()[0]
+    now = conn.execute("SELECT now()").fetchone()[0]
+    assert RecurringSweep().run_once(conn, now)["armed"] == 1  # its next occurrence waits
     with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
         page = client.get("/schedules")
         assert "Europe/Paris" in page.text and "09:00 CE" in page.text  # CET or CEST
@@ -263,7 +266,14 @@ def test_schedule_pause_and_resume_record_who_did_it(
         "SELECT what, detail FROM pgsched.schedule_events WHERE schedule_id = %s ORDER BY id",
         (schedule_id,),
     ).fetchall()
-    assert events[-1][0] == "disabled" and events[-1][1].startswith("paused by ")
+    assert events[-1][0] == "paused" and events[-1][1].startswith("paused by ")
+    # The CLI's pause, not a bare disable: the occurrence armed for it is cancelled.
+    armed = conn.execute(
+        "SELECT t.status FROM pgsched.schedule_occurrences AS o"
+        " JOIN pgsched.tasks AS t ON t.id = o.task_id WHERE o.schedule_id = %s",
+        (schedule_id,),
+    ).fetchall()
+    assert armed and all(status == "CANCELLED" for (status,) in armed), armed
 
 
 def test_pages_render_through_a_read_only_role(

@@ -2,9 +2,9 @@
 
 Reads run on the read pool (a read-only role via --read-dsn, and read-only transactions in
 any case); writes run on the write pool, one transaction per form, through the same SQL
-functions as the CLI (`dead_retry`, `dead_discard`, `cancel_task`, `schedule_enable`). Who
-did it is written into the reason those functions record on the task's event (see
-`actor_of`).
+functions as the CLI (`dead_retry`, `dead_discard`, `cancel_task`, `schedule_pause`,
+`schedule_resume`). Who did it is written into the reason those functions record on the
+event (see `actor_of`).
 """
 
 from __future__ import annotations
@@ -400,15 +400,19 @@ def create_app(config: DashboardConfig) -> Starlette:
         enabled = request.path_params["verb"] == "resume"
         assert db.writes is not None
         what = "resumed" if enabled else "paused"
+        detail = f"{what} by {actor_of(request)} via dashboard"
         async with db.writes.connection() as conn, conn.transaction():
-            await conn.execute(
-                query("dashboard_schedule_enable"),
-                {"schedule_id": schedule_id, "enabled": enabled},
-            )
-            await conn.execute(
-                query("dashboard_schedule_event_actor"),
-                {"schedule_id": schedule_id, "detail": f"{what} by {actor_of(request)}"},
-            )
+            if enabled:
+                await conn.execute(query("dashboard_schedule_resume"), {"schedule_id": schedule_id})
+                await conn.execute(
+                    query("dashboard_schedule_event_actor"),
+                    {"schedule_id": schedule_id, "detail": detail},
+                )
+            else:
+                await conn.execute(
+                    query("dashboard_schedule_pause"),
+                    {"schedule_id": schedule_id, "reason": detail},
+                )
         return RedirectResponse("/schedules", status_code=303)
 
     async def tenants(request: Request) -> Response:
