@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import class_row
 
 from pgsched.cron import CronError, parse
 from pgsched.queries import query
@@ -153,10 +154,11 @@ def quarantine_reason(exc: Exception) -> str:
 
 def arm_after_task(conn: psycopg.Connection[Any], task_id: int) -> int | None:
     """Arm the next occurrence of the schedule whose current occurrence was `task_id`."""
-    row = conn.execute(query("schedule_for_task"), {"task_id": task_id}).fetchone()
-    if row is None:
+    with conn.cursor(row_factory=class_row(ScheduleRow)) as cur:
+        schedule = cur.execute(query("schedule_for_task"), {"task_id": task_id}).fetchone()
+    if schedule is None:
         return None
-    return arm(conn, ScheduleRow(*row))
+    return arm(conn, schedule)
 
 
 def first_fire(cron_expression: str, timezone: str, now: datetime | None = None) -> datetime:

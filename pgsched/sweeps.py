@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 
 from pgsched.migrations import require_current_schema
 from pgsched.option_checks import require_int, require_seconds
@@ -102,10 +102,10 @@ class RecurringSweep:
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         armed = skipped = failed = 0
         while True:
-            rows = conn.execute(query("schedules_unarmed"), {"max_rows": self.batch}).fetchall()
+            with conn.cursor(row_factory=class_row(ScheduleRow)) as cur:
+                rows = cur.execute(query("schedules_unarmed"), {"max_rows": self.batch}).fetchall()
             progress = 0
-            for row in rows:
-                schedule = ScheduleRow(*row)
+            for schedule in rows:
                 # One schedule's fault never stops the others: a bad row is quarantined by
                 # arm(); anything else skips this schedule until the next sweep.
                 try:
