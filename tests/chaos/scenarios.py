@@ -1,0 +1,121 @@
+"""The chaos scenarios, each a function of a Scenario and its length: the short form
+(tests/chaos) and the long form (benchmarks/chaos.py) run the same code."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from harness import APP, Figures, Producer, Scenario, wait_for
+
+
+def _work(seconds: float = 0.05) -> Any:
+    return lambda n: ("work", {"seconds": seconds}, {"max_attempts": 25})
+
+
+def sigkill_workers(s: Scenario, *, seconds: float) -> Figures:
+    """Three workers under a steady load; two are SIGKILLed mid-run (a supervisor starts a
+    replacement each time). Recovery: from a kill until every task the dead worker had
+    started has run again elsewhere (bounded by the lease)."""
+    for n in range(3):
+        s.workers.start(f"K{n}", app=APP, lease=2.0, extra=["--concurrency", "8"])
+    for w in s.workers.started:
+        w.wait_running()
+    recoveries: list[float] = []
+    killed = 0
+    with Producer(s.dsn, 40, _work(0.3)) as producer:
+        for round_ in range(2):
+            time.sleep(seconds / 3)
+            victim = s.workers.started[round_]
+            victim.send(signal.SIGKILL)
+            killed_at = time.time()
+            killed += 1
+            s.workers.start(f"K{round_}b", app=APP, lease=2.0, extra=["--concurrency", "8"])
+            orphans = _unfinished_by(s, victim.worker_id, killed_at)
+            if orphans:
+                rerun = wait_for(
+                    lambda o=orphans, t=killed_at: _all_rerun(s, o, t), 30, "orphans re-run"
+                )
+                recoveries.append(rerun - killed_at)
+        time.sleep(seconds / 3)
+    final = s.settle(producer.ids, 60)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=max(recoveries) if recoveries else None,
+        killed=killed,
+        orphaned=len(recoveries),
+    )
+
+
+def _unfinished_by(s: Scenario, worker: str, before: float) -> set[int]:
+    """Tasks the worker started before `before` and that are not final now."""
+    started = {tid for tid, _, w, at in s.runs() if w == worker and at <= before}
+    if not started:
+        return set()
+    now = s.statuses(sorted(started))
+    return {tid for tid, st in now.items() if st != "COMPLETED"}
+
+
+def _all_rerun(s: Scenario, orphans: set[int], after: float) -> float | None:
+    last: dict[int, float] = {}
+    for tid, _, _, at in s.runs():
+        if tid in orphans and at > after:
+            last.setdefault(tid, at)
+    return max(last.values()) if len(last) == len(orphans) else None
+
+
+def postgres_restart(s: Scenario, mode: str, *, seconds: float) -> Figures:
+    """Two workers under load while the server restarts (-m fast or -m immediate).
+    Recovery: from the server accepting connections again to the next handler start."""
+    for n in range(2):
+        s.workers.start(f"R{n}", app=APP, lease=3.0, extra=["--concurrency", "8"])
+    for w in s.workers.started:
+        w.wait_running()
+    with Producer(s.dsn, 30, _work(0.1)) as producer:
+        time.sleep(seconds / 2)
+        s.cluster.restart(mode)
+        s.cluster.wait_accepting()
+        back = time.time()
+        ran = wait_for(lambda: s.first_run_after(back), 60, "a handler to run after the restart")
+        time.sleep(seconds / 2)
+    final = s.settle(producer.ids, 60)
+    alive = sum(w.alive() for w in s.workers.started)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=ran - back,
+        refused_while_down=producer.refused,
+        workers_alive=alive,
+    )
+
+
+def _listeners(s: Scenario) -> list[int]:
+    rows = s.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query LIKE 'LISTEN%%' AND pid <> pg_backend_pid()"
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def listener_killed(s: Scenario, *, rounds: int) -> Figures:
+    """One worker polling every 30 s, so only its LISTEN session wakes it promptly; that
+    session is terminated, then a task is scheduled. Recovery: from the kill to the task's
+    handler start (the worst round)."""
+    w = s.workers.start("L0", app=APP, lease=3.0, poll=30.0)
+    w.wait_running()
+    ids: list[int] = []
+    recoveries: list[float] = []
+    for _ in range(rounds):
+        pids = wait_for(lambda: _listeners(s), 20, "the worker's LISTEN session")
+        s.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (pids,))
+        killed_at = time.time()
+        task_id = s.schedule("work", {"seconds": 0})
+        ids.append(task_id)
+        ran = wait_for(lambda t=task_id, k=killed_at: s.first_run_after(k, [t]), 40, "probe run")
+        recoveries.append(ran - killed_at)
+        # A few more once the listener is back.
+        ids.extend(s.schedule("work", {"seconds": 0}) for _ in range(5))
+    final = s.settle(ids, 30)
+    return s.figures(ids, final, recovery_s=max(recoveries), worker_alive=w.alive())

@@ -1,0 +1,41 @@
+"""Chaos, short form: real workers, a real server of the suite's own, one fault each.
+
+Each test prints its figures (``CHAOS name: scheduled= completed= lost= run_twice=
+reruns= recovery=``); ``pytest tests/chaos -s`` shows them, and the long form
+(``python -m benchmarks.chaos``) runs the same scenarios longer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import scenarios
+from harness import Scenario
+
+MakeScenario = Callable[[], Scenario]
+
+
+def test_sigkill_of_workers_under_load(scenario: MakeScenario) -> None:
+    f = scenarios.sigkill_workers(scenario(), seconds=8)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.extra["killed"] == 2
+    assert f.recovery_s is not None and f.recovery_s < 10
+
+
+def test_postgres_restart_fast(scenario: MakeScenario) -> None:
+    f = scenarios.postgres_restart(scenario(), "fast", seconds=8)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.recovery_s is not None and f.recovery_s < 15
+
+
+def test_postgres_restart_immediate(scenario: MakeScenario) -> None:
+    f = scenarios.postgres_restart(scenario(), "immediate", seconds=8)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.recovery_s is not None and f.recovery_s < 15
+
+
+def test_listener_connection_killed(scenario: MakeScenario) -> None:
+    f = scenarios.listener_killed(scenario(), rounds=3)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    # The worker polls every 30 s: a recovery well below that is the LISTEN coming back.
+    assert f.recovery_s is not None and f.recovery_s < 8
