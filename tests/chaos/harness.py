@@ -252,6 +252,10 @@ class Scenario:
         want = expected if isinstance(expected, dict) else dict.fromkeys(ids, expected)
         completed = sum(1 for i in ids if final.get(i) == want[i])
         lost = sum(1 for i in ids if final.get(i) not in FINAL)
+        if lost:
+            extra["unfinished"] = dict(
+                Counter(str(final.get(i)) for i in ids if final.get(i) not in FINAL)
+            )
         figures = Figures(
             scenario=self.name,
             scheduled=len(ids),

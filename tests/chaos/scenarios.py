@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from harness import APP, Figures, Producer, Scenario, wait_for
+from psycopg import sql
 
 
 def _work(seconds: float = 0.05) -> Any:
@@ -119,3 +120,104 @@ def listener_killed(s: Scenario, *, rounds: int) -> Figures:
         ids.extend(s.schedule("work", {"seconds": 0}) for _ in range(5))
     final = s.settle(ids, 30)
     return s.figures(ids, final, recovery_s=max(recoveries), worker_alive=w.alive())
+
+
+def idle_session_timeout(s: Scenario, *, trickles: int) -> Figures:
+    """idle_session_timeout = 2s on the database and work trickling in slower than that:
+    every pooled, heartbeat and listener session is cut while idle. Recovery: the worst
+    delay from a trickled task's scheduling to its handler start."""
+    s.execute(
+        sql.SQL("ALTER DATABASE {} SET idle_session_timeout = '2s'").format(
+            sql.Identifier(s.dbname)
+        )
+    )
+    w = s.workers.start("I0", app=APP, lease=7.5, poll=30.0)
+    w.wait_running()
+    ids: list[int] = []
+    delays: list[float] = []
+    kinds = ("work", "work_sync", "work_tx")
+    for n in range(trickles):
+        time.sleep(2.5)
+        asked = time.time()
+        task_id = s.schedule(kinds[n % 3], {"seconds": 0})
+        ids.append(task_id)
+        ran = wait_for(lambda t=task_id, a=asked: s.first_run_after(a, [t]), 30, "a trickled task")
+        delays.append(ran - asked)
+    final = s.settle(ids, 30)
+    return s.figures(ids, final, recovery_s=max(delays), worker_alive=w.alive())
+
+
+def _terminate_sessions(s: Scenario) -> None:
+    with s.cluster.connect() as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (s.dbname,),
+        )
+
+
+def database_read_only(s: Scenario, *, seconds: float) -> Figures:
+    """Under load, the database turns read-only (default_transaction_read_only, sessions
+    terminated so they reconnect under it) for `seconds`, then writable again. Recovery:
+    from writable again to the next handler start."""
+    for n in range(2):
+        s.workers.start(f"O{n}", app=APP, lease=3.0, extra=["--concurrency", "8"])
+    for w in s.workers.started:
+        w.wait_running()
+    db = sql.Identifier(s.dbname)
+    with Producer(s.dsn, 20, _work(0.05)) as producer:
+        time.sleep(2)
+        with s.cluster.connect() as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(db)
+            )
+        _terminate_sessions(s)
+        time.sleep(seconds)
+        with s.cluster.connect() as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(db)
+            )
+        _terminate_sessions(s)
+        back = time.time()
+        ran = wait_for(lambda: s.first_run_after(back), 60, "a handler run once writable")
+        time.sleep(2)
+    final = s.settle(producer.ids, 60)
+    alive = sum(w.alive() for w in s.workers.started)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=ran - back,
+        refused_while_read_only=producer.refused,
+        workers_alive=alive,
+    )
+
+
+def unstorable_error_text(s: Scenario, *, count: int) -> Figures:
+    """Handlers whose errors carry a NUL byte or invalid UTF-8, mixed with plain work: each
+    bad one ends FAILED with its text made storable, the others complete."""
+    w = s.workers.start("N0", app=APP, extra=["--concurrency", "8"])
+    expected: dict[int, str] = {}
+    for n in range(count):
+        kind = ("nul_error", "invalid_text_error", "work")[n % 3]
+        task_id = s.schedule(kind, {"seconds": 0}, max_attempts=1)
+        expected[task_id] = "FAILED" if kind != "work" else "COMPLETED"
+    ids = list(expected)
+    final = s.settle(ids, 60)
+    return s.figures(ids, final, expected=expected, recovery_s=None, worker_alive=w.alive())
+
+
+def base_exceptions(s: Scenario, *, count: int) -> Figures:
+    """Handlers raising SystemExit, KeyboardInterrupt and GeneratorExit, mixed with plain
+    work: each such attempt fails (retried, then FAILED), the worker runs on."""
+    w = s.workers.start("B0", app=APP, extra=["--concurrency", "8"])
+    w.wait_running()
+    expected: dict[int, str] = {}
+    names = ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
+    for n in range(count):
+        if n % 2:
+            task_id = s.schedule("raises_base", {"raise": names[n % 3]}, max_attempts=2)
+            expected[task_id] = "FAILED"
+        else:
+            expected[s.schedule("work", {"seconds": 0})] = "COMPLETED"
+    ids = list(expected)
+    final = s.settle(ids, 60)
+    return s.figures(ids, final, expected=expected, recovery_s=None, worker_alive=w.alive())

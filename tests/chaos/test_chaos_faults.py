@@ -39,3 +39,22 @@ def test_listener_connection_killed(scenario: MakeScenario) -> None:
     assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
     # The worker polls every 30 s: a recovery well below that is the LISTEN coming back.
     assert f.recovery_s is not None and f.recovery_s < 8
+
+
+def test_idle_session_timeout(scenario: MakeScenario) -> None:
+    f = scenarios.idle_session_timeout(scenario(), trickles=4)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.extra["worker_alive"]
+    assert f.recovery_s is not None and f.recovery_s < 5
+
+
+def test_nul_bytes_and_invalid_text_in_errors(scenario: MakeScenario) -> None:
+    f = scenarios.unstorable_error_text(scenario(), count=30)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.extra["worker_alive"]
+
+
+def test_base_exceptions_in_handlers(scenario: MakeScenario) -> None:
+    f = scenarios.base_exceptions(scenario(), count=30)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.extra["worker_alive"]
