@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 import click
@@ -40,12 +39,6 @@ def check_zone(ctx: click.Context, param: click.Parameter, value: str | None) ->
     if value is not None and not value.strip():
         raise click.BadParameter("empty: name an IANA zone such as Europe/Paris", ctx, param)
     return value
-
-
-def start_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
 
 
 def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -12,10 +12,52 @@ from typing import Any
 import click
 
 from pgsched.app import App
-from pgsched.cli.options import LOG_LEVEL, start_logging
+from pgsched.cli.options import LOG_LEVEL
 from pgsched.cli.root import CliState, with_connect_timeout
 from pgsched.dsn import resolve_dsn
 from pgsched.lanes import Lane
+from pgsched.observability.logs import LOG_FORMATS, masked_database, start_logging
+
+LOG_FORMAT = click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=None,
+    help="text, or json: one object per line (default: the global --log-format).",
+)
+
+
+def log_startup(process: str, dsn: str, **fields: Any) -> None:
+    """The start-up line: version, settings, schema version, database (password masked)."""
+    import logging
+
+    import psycopg
+
+    from pgsched import __version__
+    from pgsched.migrations import schema_version
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            version: int | str = schema_version(conn)
+    except Exception as exc:
+        version = f"unknown ({type(exc).__name__})"
+    database = masked_database(dsn)
+    logging.getLogger("pgsched").info(
+        "pgsched %s %s starting: database %s, schema version %s, %s",
+        __version__,
+        process,
+        database,
+        version,
+        ", ".join(f"{k} {v}" for k, v in fields.items()),
+        extra={
+            "fields": {
+                "version": __version__,
+                "process": process,
+                "database": database,
+                "schema_version": version,
+                **fields,
+            }
+        },
+    )
 
 
 def load_app(spec: str) -> App:
@@ -115,6 +157,7 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     help="At most one NOTIFY-triggered claim per lane per this interval (s).",
 )
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
+@LOG_FORMAT
 @click.pass_obj
 def worker(
     state: CliState,
@@ -134,6 +177,7 @@ def worker(
     stall_threshold: float,
     wakeup_debounce: float,
     log_level: str,
+    log_format: str | None,
 ) -> None:
     """Run tasks of the given lanes until SIGTERM / SIGINT."""
     import asyncio
@@ -141,7 +185,7 @@ def worker(
 
     from pgsched.worker import Worker, WorkerConfig
 
-    start_logging(log_level)
+    start_logging(log_level, log_format or state.log_format)
     app = load_app(app_spec)
     # A refused value raises ConfigError (naming the option): exit 2 at the boundary.
     config = WorkerConfig(
@@ -163,6 +207,7 @@ def worker(
     )
     # The App's own DSN counts as naming a database; neither starts the embedded one.
     dsn = with_connect_timeout(resolve_dsn(state.dsn or app._dsn))
+    log_startup("worker", dsn, lanes=lanes, concurrency=concurrency)
     runner = Worker(dsn, app.registry, config)
     asyncio.run(runner.run())
     if runner.abandoned_threads or runner.exit_status:
@@ -198,6 +243,7 @@ def worker(
     help="Seconds between tries to become leader.",
 )
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
+@LOG_FORMAT
 @click.pass_obj
 def sweeper(
     state: CliState,
@@ -209,6 +255,7 @@ def sweeper(
     retention_days: float,
     leader_retry: float,
     log_level: str,
+    log_format: str | None,
 ) -> None:
     """Run the sweeps (promotion, recurring, rescue, retention) while elected leader."""
     import signal
@@ -224,7 +271,7 @@ def sweeper(
         run_all_once,
     )
 
-    start_logging(log_level)
+    start_logging(log_level, log_format or state.log_format)
     dsn = state.database()
     sweeps: list[Sweep] = [
         PromotionSweep(interval=promotion_interval),
@@ -236,6 +283,7 @@ def sweeper(
         for name, counts in run_all_once(dsn, sweeps).items():
             click.echo(f"{name}: {json.dumps(counts)}")
         return
+    log_startup("sweeper", dsn, leader_retry=leader_retry)
     runner = Sweeper(dsn, sweeps, leader_retry=leader_retry)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     signal.signal(signal.SIGINT, lambda *_: runner.stop())

@@ -51,6 +51,7 @@ class CliState:
 
     dsn: str | None
     debug: bool
+    log_format: str = "text"
 
     def database(self) -> str:
         """The conninfo to use (pgsched.dsn.resolve_dsn), with a connect timeout."""
@@ -110,8 +111,15 @@ class PgschedGroup(click.Group):
     " started it.",
 )
 @click.option("--debug", is_flag=True, help="Show the traceback of an error.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    envvar="PGSCHED_LOG_FORMAT",
+    help="Log lines as text or one JSON object per line.",
+)
 @click.version_option(package_name="pgsched", message="pgsched %(version)s")
 @click.pass_context
-def main(ctx: click.Context, dsn: str | None, debug: bool) -> None:
+def main(ctx: click.Context, dsn: str | None, debug: bool, log_format: str) -> None:
     """pgsched: a job scheduler engine on PostgreSQL."""
-    ctx.obj = CliState(dsn=dsn, debug=debug)
+    ctx.obj = CliState(dsn=dsn, debug=debug, log_format=log_format)

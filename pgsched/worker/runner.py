@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from pgsched.handlers import Registration, TaskContext, TaskRow, call_step
+from pgsched.observability.logs import error_class, log_attempt_failed
 from pgsched.queries import query
 from pgsched.retry import RetryPolicy
 from pgsched.worker.outcomes import Outcome, finish_params
@@ -48,8 +49,17 @@ def describe(exc: BaseException) -> str:
     return (f"{type(exc).__name__}: {exc}\n" + "".join(frames))[:MAX_ERROR_CHARS]
 
 
-def retry_outcome(task: TaskRow, policy: RetryPolicy, error: str) -> Outcome:
-    return Outcome(task.id, task.lease_token, "RETRY", error, policy.delay(task.attempt))
+def retry_outcome(
+    task: TaskRow,
+    policy: RetryPolicy,
+    error: str,
+    cls: str | None = None,
+    shown: str | None = None,
+) -> Outcome:
+    delay = policy.delay(task.attempt)
+    cls = cls or error_class(error)
+    log_attempt_failed(task, "RETRY", error, cls, delay.total_seconds(), shown)
+    return Outcome(task.id, task.lease_token, "RETRY", error, delay)
 
 
 class ConnectionSource:
@@ -184,7 +194,7 @@ class TaskRunner:
         if registration is None:
             # Retried, not dropped: a deploy that adds the handler will run it.
             error = f"no handler for task type {task.task_type!r} in worker {self._worker_id}"
-            self._record(retry_outcome(task, RetryPolicy(), error))
+            self._record(retry_outcome(task, RetryPolicy(), error, "no_handler"))
             return
         if not registration.transactional:
             ctx = TaskContext(task, self._worker_id, dsn=self._dsn)
@@ -272,8 +282,8 @@ class TaskRunner:
             except asyncio.CancelledError:
                 raise
             except HandlerFault as exc:
-                log.warning("%s: validate refused it: %r", describe_task(task), exc)
                 error = "validate refused: " + describe(exc)
+                log_attempt_failed(task, "FAILED", error, "validate_refused", None, repr(exc))
                 return Outcome(task.id, task.lease_token, "FAILED", error)
         deadline: asyncio.Timeout | None = None
         try:
@@ -289,14 +299,15 @@ class TaskRunner:
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
                 error = f"timed out after {registration.timeout}s"
-                log.warning("%s: attempt failed: %s", describe_task(task), error)
-                return retry_outcome(task, registration.retry, error)
+                return retry_outcome(task, registration.retry, error, "timeout")
             # The handler's own TimeoutError (a client library's): an ordinary failure.
-            log.warning("%s: attempt failed: %r", describe_task(task), exc)
-            return retry_outcome(task, registration.retry, describe(exc))
+            return retry_outcome(
+                task, registration.retry, describe(exc), error_class(exc), repr(exc)
+            )
         except HandlerFault as exc:
-            log.warning("%s: attempt failed: %r", describe_task(task), exc)
-            return retry_outcome(task, registration.retry, describe(exc))
+            return retry_outcome(
+                task, registration.retry, describe(exc), error_class(exc), repr(exc)
+            )
         if task.idempotency_key is not None and not registration.transactional:
             # Before the (batched) completion: a worker dying now leaves a ledger entry,
             # and the retry becomes a recorded no-op instead of a second effect.

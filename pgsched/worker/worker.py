@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.lanes import Lane
+from pgsched.observability.logs import task_fields
 from pgsched.queries import query
 from pgsched.recurring import arm_after_task
 from pgsched.startup import wait_for_current_schema
@@ -175,6 +176,12 @@ class Worker:
                 tasks, undecodable = await claim_many(
                     conn, lane.value, n, self.worker_id, self._lease
                 )
+            log.debug(
+                "lane %s: claimed %d",
+                lane,
+                len(tasks),
+                extra={"lane": lane.value, "count": len(tasks)},
+            )
             for task in tasks:
                 keeper.hold(task.id, task.lease_token)
             for row in undecodable:
@@ -234,7 +241,12 @@ class Worker:
         scheduler = Sweeper(self.dsn) if self.config.run_sweeps else None
         if scheduler is not None:
             threading.Thread(target=scheduler.run, name="pgsched-sweeps", daemon=True).start()
-        log.info("worker %s running lanes %s", self.worker_id, ",".join(lanes))
+        log.info(
+            "worker %s running lanes %s",
+            self.worker_id,
+            ",".join(lanes),
+            extra={"worker_id": self.worker_id},
+        )
         try:
             await self._stop_requested.wait()
         finally:
@@ -281,6 +293,11 @@ class Worker:
             handle.cancel()
         await asyncio.gather(*(h for h, _ in unfinished), return_exceptions=True)
         for _, task in unfinished:
+            log.warning(
+                "%s: released unfinished at shutdown",
+                describe_task(task),
+                extra=task_fields(task, outcome="released"),
+            )
             buffer.add(
                 Outcome(
                     task.id,
@@ -359,6 +376,7 @@ class Worker:
             "%s: lease lost (another worker or the rescue owns the task now); no longer "
             "renewed, handler cancelled",
             describe_task(task),
+            extra=task_fields(task, outcome="lease_lost"),
         )
         self._recurring.discard(task_id)
         handle.cancel()

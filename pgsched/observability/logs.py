@@ -1,0 +1,145 @@
+"""Log set-up and the JSON formatter.
+
+Log lines carry their facts as fields (`extra=`), not only in the message: the text format
+shows the message, the JSON format writes one object per line with stable keys, so a log
+pipeline can filter on task_id, lane or tenant without parsing prose.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from pgsched.handlers import TaskRow
+
+LOG_FORMATS = ("text", "json")
+
+# The keys a record may carry through `extra=`; written in this order when present.
+FIELDS = (
+    "task_id",
+    "task_type",
+    "lane",
+    "tenant",
+    "attempt",
+    "max_attempts",
+    "duration_ms",
+    "error_class",
+    "error",
+    "next_retry_in_s",
+    "outcome",
+    "worker_id",
+    "schedule_id",
+    "count",
+)
+
+_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ts, level, logger, msg, then the fields it carries."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in FIELDS:
+            value = record.__dict__.get(key)
+            if value is not None:
+                data[key] = value
+        extra = record.__dict__.get("fields")
+        if isinstance(extra, dict):
+            data.update(extra)
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def start_logging(level: str, log_format: str = "text") -> None:
+    """Configure the root logger once for a process (`--log-level`, `--log-format`)."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(_TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def task_fields(task: TaskRow | None, **more: Any) -> dict[str, Any]:
+    """The `extra=` of a log line about a task."""
+    if task is None:
+        return more
+    return {
+        "task_id": task.id,
+        "task_type": task.task_type,
+        "lane": task.lane,
+        "tenant": task.tenant_id,
+        "attempt": task.attempt,
+        "max_attempts": task.max_attempts,
+        **more,
+    }
+
+
+def error_class(error: str | BaseException | None) -> str | None:
+    """The class name an operator groups failures by."""
+    if error is None:
+        return None
+    if isinstance(error, BaseException):
+        return type(error).__name__
+    return error.split(":", 1)[0].split("(", 1)[0].strip() or None
+
+
+def masked_database(conninfo: str) -> str:
+    """host:port/dbname of a conninfo, for a start-up line: never its password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except Exception:
+        return "?"
+    host = parts.get("host") or "local"
+    port = parts.get("port") or "5432"
+    return f"{host}:{port}/{parts.get('dbname') or parts.get('user') or '?'}"
+
+
+_attempts_log = logging.getLogger("pgsched.worker.attempts")
+
+
+def log_attempt_failed(
+    task: TaskRow,
+    outcome: str,
+    error: str,
+    cls: str | None,
+    retry_in: float | None,
+    shown: str | None = None,
+) -> None:
+    """The one line of a failed attempt: retried (when, attempt / max) or gone DEAD."""
+    from pgsched.worker.threads import describe_task
+
+    dead = outcome == "FAILED" or task.attempt >= task.max_attempts
+    fields = task_fields(task, error_class=cls, error=error[:2000])
+    text = shown or (error.splitlines()[0] if error else "")
+    if dead:
+        _attempts_log.error(
+            "%s: attempt failed: %s; attempt %d/%d, task DEAD",
+            describe_task(task),
+            text,
+            task.attempt,
+            task.max_attempts,
+            extra={**fields, "outcome": "dead"},
+        )
+    else:
+        _attempts_log.warning(
+            "%s: attempt failed: %s; attempt %d/%d, retry in %.1fs",
+            describe_task(task),
+            text,
+            task.attempt,
+            task.max_attempts,
+            retry_in or 0.0,
+            extra={**fields, "outcome": "retried", "next_retry_in_s": retry_in},
+        )
