@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import timedelta
 from typing import Any
 
 from harness import APP, Figures, Producer, Scenario, wait_for
@@ -221,3 +222,40 @@ def base_exceptions(s: Scenario, *, count: int) -> Figures:
     ids = list(expected)
     final = s.settle(ids, 60)
     return s.figures(ids, final, expected=expected, recovery_s=None, worker_alive=w.alive())
+
+
+def hung_low_handlers(s: Scenario, *, urgent: int) -> Figures:
+    """One worker serving HIGH and LOW; LOW fills with plain handlers hung far past their
+    1 s timeout while HIGH work falls due. Recovery: HIGH's worst lateness (due to start)."""
+    w = s.workers.start(
+        "H0",
+        app=APP,
+        lanes="high,low",
+        lease=5.0,
+        extra=["--concurrency", "4", "--max-stuck-threads", "100"],
+    )
+    w.wait_running()
+    hung = [s.schedule("hung_sync", {"seconds": 30}, priority=1, max_attempts=1) for _ in range(12)]
+    time.sleep(2.5)
+    now = s.execute("SELECT clock_timestamp()").fetchone()[0]
+    ids = [
+        s.schedule("work", {"seconds": 0}, priority=9, run_at=now + timedelta(seconds=1 + i * 0.1))
+        for i in range(urgent)
+    ]
+    final = s.settle(ids, 30)
+    lateness = [
+        float(r[0])
+        for r in s.execute(
+            "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
+            " WHERE task_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+    ]
+    hung_failed = sum(1 for st in s.statuses(hung).values() if st == "FAILED")
+    return s.figures(
+        ids,
+        final,
+        recovery_s=max(lateness) if lateness else None,
+        hung_low_failed=hung_failed,
+        worker_alive=w.alive(),
+    )

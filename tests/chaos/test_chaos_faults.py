@@ -58,3 +58,10 @@ def test_base_exceptions_in_handlers(scenario: MakeScenario) -> None:
     f = scenarios.base_exceptions(scenario(), count=30)
     assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
     assert f.extra["worker_alive"]
+
+
+def test_hung_low_handlers_high_keeps_its_lateness(scenario: MakeScenario) -> None:
+    f = scenarios.hung_low_handlers(scenario(), urgent=20)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.extra["hung_low_failed"] >= 4
+    assert f.recovery_s is not None and f.recovery_s < 0.5
