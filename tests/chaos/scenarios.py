@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import time
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from harness import APP, Figures, Producer, Scenario, wait_for
@@ -36,9 +37,7 @@ def sigkill_workers(s: Scenario, *, seconds: float) -> Figures:
             s.workers.start(f"K{round_}b", app=APP, lease=2.0, extra=["--concurrency", "8"])
             orphans = _unfinished_by(s, victim.worker_id, killed_at)
             if orphans:
-                rerun = wait_for(
-                    lambda o=orphans, t=killed_at: _all_rerun(s, o, t), 30, "orphans re-run"
-                )
+                rerun = wait_for(partial(_all_rerun, s, orphans, killed_at), 30, "orphans re-run")
                 recoveries.append(rerun - killed_at)
         time.sleep(seconds / 3)
     final = s.settle(producer.ids, 60)
@@ -115,7 +114,7 @@ def listener_killed(s: Scenario, *, rounds: int) -> Figures:
         killed_at = time.time()
         task_id = s.schedule("work", {"seconds": 0})
         ids.append(task_id)
-        ran = wait_for(lambda t=task_id, k=killed_at: s.first_run_after(k, [t]), 40, "probe run")
+        ran = wait_for(partial(s.first_run_after, killed_at, [task_id]), 40, "probe run")
         recoveries.append(ran - killed_at)
         # A few more once the listener is back.
         ids.extend(s.schedule("work", {"seconds": 0}) for _ in range(5))
@@ -142,7 +141,7 @@ def idle_session_timeout(s: Scenario, *, trickles: int) -> Figures:
         asked = time.time()
         task_id = s.schedule(kinds[n % 3], {"seconds": 0})
         ids.append(task_id)
-        ran = wait_for(lambda t=task_id, a=asked: s.first_run_after(a, [t]), 30, "a trickled task")
+        ran = wait_for(partial(s.first_run_after, asked, [task_id]), 30, "a trickled task")
         delays.append(ran - asked)
     final = s.settle(ids, 30)
     return s.figures(ids, final, recovery_s=max(delays), worker_alive=w.alive())
