@@ -10,6 +10,7 @@ Without one, pgsched opens a connection and commits at once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -53,6 +54,24 @@ def _first_problem(exc: ValidationError) -> str:
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error["loc"]) or "task"
     return f"{where}: {error['msg']}"
+
+
+_CHUNK_ROW = re.compile(r"pgsched: row (\d+) of the batch: (.*)", re.DOTALL)
+
+
+def _callers_row(error: Exception, start: int, chunk: int) -> Exception:
+    """A refusal of one of a chunk's rows, renamed to the caller's index (as `_spec` names
+    it): the database numbers the rows of the chunk it was sent, from 1, and names no row in
+    a chunk of one."""
+    if not isinstance(error, InvalidTaskError):
+        return error
+    text = str(error)
+    found = _CHUNK_ROW.fullmatch(text)
+    if found:
+        return InvalidTaskError(f"tasks[{start + int(found[1]) - 1}]: {found[2]}")
+    if chunk == 1:
+        return InvalidTaskError(f"tasks[{start}]: {text.removeprefix('pgsched: ')}")
+    return error
 
 
 class App:
@@ -190,13 +209,15 @@ class App:
         """
         specs = [_spec(task, index) for index, task in enumerate(tasks)]
         ids: list[ScheduledTask] = []
+        start = 0
         with self._connection(conn) as c:
             try:
                 with c.transaction():
                     for start in range(0, len(specs), chunk_size):
                         ids.extend(self._schedule_chunk(c, specs[start : start + chunk_size]))
             except psycopg.Error as exc:
-                raise translate(exc) from exc
+                chunk = len(specs[start : start + chunk_size])
+                raise _callers_row(translate(exc), start, chunk) from exc
         return ids
 
     @staticmethod

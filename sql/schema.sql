@@ -946,6 +946,24 @@ DECLARE
     bad record;
     bad_text text;
 BEGIN
+    SELECT a.argument, a.dimensions INTO bad
+      FROM (VALUES
+          (1, 'task_types', array_ndims(task_types)), (2, 'payloads', array_ndims(payloads)),
+          (3, 'run_ats', array_ndims(run_ats)), (4, 'tenant_ids', array_ndims(tenant_ids)),
+          (5, 'priorities', array_ndims(priorities)),
+          (6, 'idempotency_keys', array_ndims(idempotency_keys)),
+          (7, 'max_attempts', array_ndims(max_attempts)), (8, 'lanes', array_ndims(lanes)),
+          (9, 'metadatas', array_ndims(metadatas)), (10, 'scopes', array_ndims(scopes)),
+          (11, 'products', array_ndims(products))
+      ) AS a(position, argument, dimensions)
+     WHERE a.dimensions > 1
+     ORDER BY a.position
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: % must be a one-dimensional array (one element per task), got % dimensions',
+            bad.argument, bad.dimensions
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF n = 0 THEN
         RETURN;
     END IF;
@@ -955,6 +973,10 @@ BEGIN
        OR coalesce(cardinality(lanes), n) <> n OR coalesce(cardinality(metadatas), n) <> n
        OR coalesce(cardinality(scopes), n) <> n OR coalesce(cardinality(products), n) <> n THEN
         RAISE EXCEPTION 'pgsched: every array passed to schedule_tasks must have % elements, like task_types', n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgsched.run_at_problem(t) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: as_of % is out of range (1970-01-01 00:00 UTC to 9999-01-01 00:00 UTC)', t
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT * INTO cfg FROM pgsched.settings;
@@ -968,13 +990,24 @@ BEGIN
              ORDER BY u.ord);
     END IF;
 
-    bad_text := pgsched.producer_tenant_problem(coalesce(tenant_ids, ARRAY['default']));
-    IF bad_text IS NOT NULL THEN
-        RAISE EXCEPTION 'pgsched: %', bad_text USING ERRCODE = 'insufficient_privilege';
+    -- Once for the batch; only a refused batch pays for finding its first refused row.
+    IF pgsched.producer_tenant_problem(coalesce(tenant_ids, ARRAY['default'])) IS NOT NULL THEN
+        SELECT u.ord, pgsched.producer_tenant_problem(ARRAY[u.tenant_id]) AS problem INTO bad
+          FROM unnest(coalesce(tenant_ids, array_fill('default'::text, ARRAY[n])))
+               WITH ORDINALITY AS u(tenant_id, ord)
+         WHERE pgsched.producer_tenant_problem(ARRAY[u.tenant_id]) IS NOT NULL
+         ORDER BY u.ord
+         LIMIT 1;
+        IF n = 1 THEN
+            RAISE EXCEPTION 'pgsched: %', bad.problem USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        RAISE EXCEPTION 'pgsched: row % of the batch: %', bad.ord, bad.problem
+            USING ERRCODE = 'insufficient_privilege';
     END IF;
 
     -- Identity checks once per distinct combination (MATERIALIZED keeps the planner from
-    -- pushing the check below the grouping, back to once per row); content once per row.
+    -- pushing the check below the grouping, back to once per row); content and due time
+    -- once per row.
     WITH combos AS MATERIALIZED (
         SELECT min(x.ord) AS ord, x.task_type, x.tenant_id, x.priority, x.max_attempts, x.lane,
                x.scope, x.product
@@ -995,6 +1028,9 @@ BEGIN
         SELECT r.ord, pgsched.task_content_problem(
                    coalesce(r.payload, '{}'), coalesce(r.metadata, '{}'), r.idempotency_key, cfg.max_payload_bytes)
           FROM unnest(payloads, metadatas, idempotency_keys) WITH ORDINALITY AS r(payload, metadata, idempotency_key, ord)
+        UNION ALL
+        SELECT d.ord, pgsched.run_at_problem(d.run_at)
+          FROM unnest(run_ats) WITH ORDINALITY AS d(run_at, ord)
     )
     SELECT p.ord, p.problem INTO bad
       FROM problems AS p

@@ -99,6 +99,22 @@ BAD_INPUT = {
         ["schedule", "report", "--at", "tomorrow-ish"],
         "is not a time",
     ),
+    "an --at past what a datetime holds": (
+        ["schedule", "report", "--at", "+99999999d"],
+        "--at",
+    ),
+    "an --at too large for a duration": (
+        ["schedule", "report", "--at", "+999999999999d"],
+        "--at",
+    ),
+    "an --at past the accepted range": (
+        ["schedule", "report", "--at", "9999-06-01T00:00:00+00:00"],
+        "run_at",
+    ),
+    "a --since before what a datetime holds": (
+        ["history", "--since", "-99999999d"],
+        "--since",
+    ),
 }
 
 

@@ -190,15 +190,12 @@ def test_bound_producer_schedules_and_cancels_only_for_its_tenant(
     assert refused(
         producer, "SELECT pgsched.schedule_task('send_email', tenant_id => 'globex')"
     ) == (expected)
-    # One foreign row refuses the whole batch.
-    assert (
-        refused(
-            producer,
-            "SELECT * FROM pgsched.schedule_tasks(task_types => ARRAY['a', 'b'],"
-            " tenant_ids => ARRAY['acme', 'globex'])",
-        )
-        == expected
-    )
+    # One foreign row refuses the whole batch, and is named.
+    assert refused(
+        producer,
+        "SELECT * FROM pgsched.schedule_tasks(task_types => ARRAY['a', 'b'],"
+        " tenant_ids => ARRAY['acme', 'globex'])",
+    ) == expected.replace("pgsched: ", "pgsched: row 2 of the batch: ")
     # No tenant given means 'default', which is not acme's either.
     assert refused(producer, "SELECT pgsched.schedule_task('send_email')").endswith("not default")
     # Nor may it schedule work for every tenant of a product, or for everyone.

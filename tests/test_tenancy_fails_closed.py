@@ -114,7 +114,9 @@ def test_an_unbound_producer_may_act_for_no_tenant_and_is_told_the_binding(
         "SELECT pgsched.schedule_recurring('t', '0 9 * * *', 'UTC', tenant_id => 'acme')",
     ):
         done = psql(producer, statement)
-        assert error_line(done) == expected, statement
+        # The bulk path names the first refused row.
+        named = expected.replace("pgsched: ", "pgsched: row 1 of the batch: ")
+        assert error_line(done) == (named if "schedule_tasks" in statement else expected)
     # Work for every tenant of a product needs the all-tenants binding, and says so.
     done = psql(producer, "SELECT pgsched.schedule_task('t', scope => 'global')")
     assert error_line(done).endswith(f"VALUES ('{producer}', '*')")

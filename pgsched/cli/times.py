@@ -43,8 +43,14 @@ def parse_time(
     duration = _DURATION.match(text)
     if duration:
         sign = -1 if duration[1] == "-" else 1
-        delta = timedelta(**{_UNITS[duration[3]]: sign * float(duration[2])})
-        return ParsedTime((now or datetime.now(UTC)) + delta)
+        try:
+            delta = timedelta(**{_UNITS[duration[3]]: sign * float(duration[2])})
+            return ParsedTime((now or datetime.now(UTC)) + delta)
+        except OverflowError:
+            raise click.BadParameter(
+                f"{text!r} is out of range: it ends past the years 1 to 9999",
+                param_hint=option,
+            ) from None
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
