@@ -6,11 +6,13 @@ Real worker processes (tests/apps/faults.py) against the test Postgres:
 - transactional handlers keep completing while the worker's backends are terminated;
 - idle_session_timeout on the database does not strand trickling work;
 - a claimed row the worker cannot decode fails alone; its batch-mates run;
+- an outcome written while the database is read-only is retried until it is writable;
 - a role with fewer connection slots than the worker wants: it starts with what it gets.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -178,6 +180,47 @@ def test_an_undecodable_row_fails_alone_and_its_batch_runs(
     assert row is not None
     assert row[0].startswith("undecodable row: scheduled_for = '0044-03-15")
     w.wait_log(f"task {bad}: undecodable row")
+
+
+def _set_read_only(conn: psycopg.Connection, db_name: str, on: bool) -> None:
+    """The database read-only (or writable again) for new sessions; the worker's sessions
+    are cut so that they reconnect under the new setting."""
+    db = sql.Identifier(db_name)
+    if on:
+        conn.execute(sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(db))
+    else:
+        conn.execute(sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(db))
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = %s",
+        (VICTIM,),
+    )
+
+
+def test_an_outcome_refused_by_a_read_only_database_is_retried(
+    conn: psycopg.Connection, workers: Workers, db_name: str
+) -> None:
+    # The lease outlasts the read-only spell: the outcome, not the rescue, must finish it.
+    w = workers.start("W1", app=APP, lease=10.0)
+    w.wait_running()
+    long_one = schedule(conn, "sleepy", '{"seconds": 1.5}', max_attempts=1)
+    wait_until(lambda: statuses(conn, [long_one])[long_one] == "PROCESSING", 10, what="claimed")
+    _set_read_only(conn, db_name, True)
+    try:
+        # The handler returns while the database is read-only: its outcome is refused.
+        wait_until(
+            lambda: re.search(rf"pgsched\.worker\.outcomes: .*\btasks? {long_one}\b", w.log()),
+            15,
+            what="the outcome write failing",
+        )
+    finally:
+        _set_read_only(conn, db_name, False)
+    final = wait_until(lambda: _all_done(conn, [long_one]), 15, what="the outcome written")
+    assert final == {long_one: "COMPLETED"}
+    row = task(conn, long_one)
+    assert row["attempts"] == 1 and row["last_error"] is None
+    w.send(signal.SIGTERM)
+    assert w.wait_exit(10) == 0
 
 
 @pytest.fixture

@@ -5,13 +5,16 @@ first one arrived. The lanes stop claiming while `flush_size` outcomes wait (`ro
 worker never holds leases on far more tasks than it has running, and a slow flush slows
 the claims instead of growing the next flush.
 
-If the database is unreachable the outcomes stay buffered and are retried; should the
+If the database is unreachable, or refuses every write for now (a read-only database or a
+hot standby: SQLSTATE 25006), the outcomes stay buffered and are retried; should the
 leases expire meanwhile, the tasks run again (at least once) and the late reports are
 recorded as stale, never applied.
 
 If the database refuses a flush for what it holds (not for a lost connection), the batch is
 written again one outcome at a time, so one bad row never blocks the others: the row it
-still refuses is recorded as FAILED with a safe reason (its SQLSTATE), and logged.
+still refuses is recorded as FAILED with a safe reason (its SQLSTATE), and logged. Should
+not even that be stored, the task's lease is let go (no longer renewed): it expires and
+the rescue queues the task again, rather than the task staying PROCESSING for good.
 Error text is made storable before it is sent: Postgres text holds no NUL and only valid
 UTF-8.
 """
@@ -66,9 +69,14 @@ def finish_params(outcomes: list[Outcome]) -> dict[str, Any]:
 
 
 def is_connection_trouble(exc: BaseException) -> bool:
-    """True when a statement failed for the connection (retry it later), False when the
-    database refused what the statement carried (retrying it as is cannot help)."""
-    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    """True when a statement failed for the connection or the database's state (retry it
+    later), False when the database refused what the statement carried (retrying it as is
+    cannot help). A read-only database refuses every write alike, whatever it carries:
+    that passes once it is writable again."""
+    return isinstance(
+        exc,
+        psycopg.OperationalError | psycopg.InterfaceError | psycopg.errors.ReadOnlySqlTransaction,
+    )
 
 
 def refused_outcome(outcome: Outcome, exc: BaseException) -> Outcome:
@@ -145,7 +153,12 @@ class OutcomeBuffer:
                     if not unwritten:
                         continue
                     batch = unwritten
-                log.warning("writing %d outcomes failed (%s); retrying", len(batch), exc)
+                log.warning(
+                    "writing %d outcomes failed (%s); retrying (tasks %s)",
+                    len(batch),
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                    ",".join(str(o.task_id) for o in batch[:20]),
+                )
                 self._items[:0] = batch
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -198,6 +211,12 @@ class OutcomeBuffer:
             except Exception as exc:
                 if is_connection_trouble(exc):
                     return [safe, *batch[n + 1 :]]
-                # Not even the safe reason: the lease expires and the rescue takes the task.
-                log.error("task %s: no outcome could be stored (%s)", outcome.task_id, exc)
+                # Not even the safe reason: let the lease go (told as a stale report, so it
+                # is no longer renewed); it expires and the rescue takes the task.
+                log.error(
+                    "task %s: no outcome could be stored (%s); its lease is left to expire",
+                    outcome.task_id,
+                    exc,
+                )
+                self._on_flushed([outcome], set())
         return []

@@ -65,3 +65,10 @@ def test_hung_low_handlers_high_keeps_its_lateness(scenario: MakeScenario) -> No
     assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
     assert f.extra["hung_low_failed"] >= 4
     assert f.recovery_s is not None and f.recovery_s < 0.5
+
+
+def test_database_read_only(scenario: MakeScenario) -> None:
+    f = scenarios.database_read_only(scenario(), seconds=6)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled
+    assert f.extra["workers_alive"] == 2
+    assert f.recovery_s is not None and f.recovery_s < 15
