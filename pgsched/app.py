@@ -266,8 +266,8 @@ class App:
     ) -> int:
         """Create a recurring schedule; its first occurrence is armed at once. Returns the
         schedule id (the existing one for a repeated key)."""
-        from pgsched.cron import CronError
-        from pgsched.recurring import first_fire
+        from pgsched.cron import CronError, parse
+        from pgsched.recurring import database_now
 
         spec = _spec(
             {
@@ -282,7 +282,7 @@ class App:
             }
         )
         try:
-            first = first_fire(cron_expression, timezone)
+            clock = parse(cron_expression, timezone)
         except CronError as exc:
             raise InvalidTaskError(str(exc)) from None
         params = {
@@ -298,12 +298,16 @@ class App:
             "lane": spec.lane,
             "metadata": Jsonb(spec.metadata),
             "catch_up_limit": catch_up_limit,
-            "first_fire_at": first,
+            "first_fire_at": None,
             "scope": scope,
             "product": product,
         }
         with self._connection(conn) as c:
             try:
+                # By the database's clock, like every later fire time: by this host's, a
+                # clock running behind would arm it in the database's past (it runs at once)
+                # and one running ahead would skip the fire times in between.
+                params["first_fire_at"] = clock.next_fire(database_now(c))
                 return int(_value(c, "schedule_recurring", params, "schedule_id"))
             except psycopg.Error as exc:
                 raise translate(exc) from exc

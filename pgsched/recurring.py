@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -159,8 +159,3 @@ def arm_after_task(conn: psycopg.Connection[Any], task_id: int) -> int | None:
     if schedule is None:
         return None
     return arm(conn, schedule)
-
-
-def first_fire(cron_expression: str, timezone: str, now: datetime | None = None) -> datetime:
-    """The first fire time of a new schedule (checks the expression and zone)."""
-    return parse(cron_expression, timezone).next_fire(now or datetime.now(UTC))

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 from psycopg.rows import dict_row
+from worker_helpers import db_now, skewed_env
 
 from pgsched import App
 from pgsched.errors import InvalidTaskError
@@ -415,6 +416,30 @@ def test_cli_schedule_cron_with_zone(conn: psycopg.Connection, db_env: dict[str,
     both = run_cli(db_env, "schedule", "report", "--cron", "* * * * *", "--at", "+1h")
     assert both.returncode != 0 and "exclude each other" in both.stderr
     assert counts(conn) == written
+
+
+@pytest.mark.parametrize("skew", ["+1h", "-1h"])
+def test_a_producer_whose_host_clock_is_off_arms_the_first_fire_by_the_database_clock(
+    conn: psycopg.Connection, db_env: dict[str, str], skew: str
+) -> None:
+    env = skewed_env(db_env, skew)
+    shifted = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    off = float(shifted.stdout) - datetime.now(UTC).timestamp()
+    assert abs(off - int(skew[:-1]) * 3600) < 120, f"the host clock was shifted by {off:.0f}s"
+    before = db_now(conn)
+    done = run_cli(env, "schedule", "tick", "--cron", "*/5 * * * *")
+    after = db_now(conn)
+    assert done.returncode == 0, done.stderr
+    fire = task_row(conn, schedule_row(conn, int(done.stdout.split()[1]))["armed_task_id"])
+    # The first */5 boundary after the database's now: an hour ahead would skip twelve fire
+    # times, an hour behind would arm one an hour in the past (run at once).
+    assert before < fire["next_run_at"] <= after + timedelta(minutes=5), (before, fire)
 
 
 # -- 3. misfire policies after a 12-hour outage -------------------------------------------

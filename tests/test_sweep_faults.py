@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -32,6 +31,7 @@ import pytest
 from apps.recurring_app import create_tables
 from psycopg.rows import dict_row
 from test_sweeps import PGSCHED, RECURRING_APP, REPO_ROOT, Processes, run_cli, wait_until
+from worker_helpers import skewed_env
 
 from pgsched.errors import ConfigError
 from pgsched.migrations import migrate
@@ -262,29 +262,10 @@ def test_in_a_running_sweeper_a_bad_schedule_stops_only_itself_and_a_lost_leader
 # -- 2. the database clock everywhere ---------------------------------------------------------
 
 
-def faketime_library() -> str:
-    """libfaketime, which shifts a process's host clock (Debian: apt-get install faketime;
-    scripts/setup.sh installs it when run as root)."""
-    for candidate in (
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/faketime/libfaketime.so.1",
-    ):
-        if os.path.exists(candidate):
-            return candidate
-    pytest.fail("libfaketime is missing: apt-get install faketime (scripts/setup.sh does)")
-
-
 def start_skewed(processes: Processes, name: str, skew: str, *args: str) -> int:
     """`pgsched ARGS` with its host clock shifted by `skew` (libfaketime's '+1h' / '-1h'),
     monotonic clocks left alone; logs to a file like Processes.start."""
-    env = dict(processes.env)
-    env.update(
-        LD_PRELOAD=faketime_library(),
-        FAKETIME=skew,
-        FAKETIME_DONT_FAKE_MONOTONIC="1",
-        FAKETIME_DONT_RESET="1",
-    )
+    env = skewed_env(processes.env, skew)
     log_path = processes.log_dir / f"{name}.log"
     with log_path.open("wb") as out:
         proc = subprocess.Popen(

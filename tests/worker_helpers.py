@@ -10,6 +10,7 @@ to the message of a `wait_until` that timed out.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -249,6 +251,34 @@ def run_cli_together(
             raise
         done.append(subprocess.CompletedProcess([PGSCHED, *args], proc.returncode, out, err))
     return done
+
+
+# -- a host clock off by some time -------------------------------------------------------
+
+
+def faketime_library() -> str:
+    """libfaketime, which shifts a process's host clock (Debian: apt-get install faketime;
+    scripts/setup.sh installs it when run as root)."""
+    for candidate in (
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ):
+        if os.path.exists(candidate):
+            return candidate
+    pytest.fail("libfaketime is missing: apt-get install faketime (scripts/setup.sh does)")
+
+
+def skewed_env(env: dict[str, str], skew: str) -> dict[str, str]:
+    """`env` for a process whose host clock is shifted by `skew` (libfaketime's '+1h' /
+    '-1h'), monotonic clocks left alone."""
+    return {
+        **env,
+        "LD_PRELOAD": faketime_library(),
+        "FAKETIME": skew,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_DONT_RESET": "1",
+    }
 
 
 # -- reading what happened --------------------------------------------------------------
