@@ -71,6 +71,8 @@ class ConnectionSource:
         self._async_pool = async_pool
         # Made once at start by the worker, when a plain transactional handler exists.
         self._sync_pool = sync_pool
+        # Connections on their way back from acquires whose task was cancelled.
+        self._giving_back: set[asyncio.Future[Any]] = set()
 
     async def acquire(self, is_async: bool, tenant_id: str) -> Any:
         """A connection in an open transaction whose `pgsched.tenant_id` setting is the
@@ -101,7 +103,21 @@ class ConnectionSource:
                 raise
             return conn
 
-        return await asyncio.to_thread(acquire_sync)
+        acquiring = asyncio.ensure_future(asyncio.to_thread(acquire_sync))
+        try:
+            return await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            # The task is gone (lease lost, shutdown) but the thread waiting in the pool
+            # cannot be stopped: whatever connection it still gets goes back.
+            acquiring.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, acquiring: asyncio.Future[Any]) -> None:
+        if acquiring.cancelled() or acquiring.exception() is not None:
+            return
+        giving_back = asyncio.ensure_future(self.release(acquiring.result(), False, commit=False))
+        self._giving_back.add(giving_back)
+        giving_back.add_done_callback(self._giving_back.discard)
 
     async def run_one(self, name: str, params: dict[str, Any]) -> Any:
         """Run one named statement in its own short transaction; returns the first column."""
