@@ -275,3 +275,53 @@ def test_every_data_command_prints_one_json_document(
     )
     assert done.returncode in (0, 1), done.stderr  # doctor exits 1 on a failed check
     json.loads(done.stdout)
+
+
+# Every command that prints data, with arguments that find something to print.
+DATA_COMMANDS = [
+    ("status",),
+    ("history",),
+    ("show", "{task}"),
+    ("dead", "list"),
+    ("schedules", "list"),
+    ("schedules", "show", "{schedule}"),
+    ("doctor",),
+    ("tenants", "list"),
+]
+
+
+def test_every_data_command_prints_one_json_document_with_iso_times(
+    conn: psycopg.Connection, db_env: dict[str, str]
+) -> None:
+    task = make_dead(conn, "email", "acme", "boom")
+    conn.execute("SELECT pgsched.tenant_add('acme', 'crm')")
+    made = run_cli(db_env, "schedule", "tick", "--cron", "0 9 * * *")
+    ids = {"task": str(task), "schedule": made.stdout.split()[1]}
+    for command in DATA_COMMANDS:
+        argv = [arg.format(**ids) for arg in command]
+        done = run_cli(db_env, *argv, "--json", ok=False)
+        assert done.returncode in (0, 1), (argv, done.stderr)  # doctor: 1 when a check fails
+        document = json.loads(done.stdout)
+        assert document, argv
+        # Times as ISO 8601 ("T" between date and time), the same in every document.
+        stamps = [
+            v
+            for v in _leaves(document)
+            if isinstance(v, str) and len(v) >= 19 and v[4] == "-" and v[7] == "-" and ":" in v
+        ]
+        assert all(v[10] == "T" for v in stamps), (argv, stamps)
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def test_history_limit_must_be_positive(db_env: dict[str, str]) -> None:
+    for limit in ("0", "-1"):
+        refused = run_cli(db_env, "history", "--limit", limit, ok=False)
+        assert refused.returncode == 2, refused.stderr
+        assert "--limit" in refused.stderr and "Traceback" not in refused.stderr

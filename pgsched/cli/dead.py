@@ -9,7 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.app import App
-from pgsched.cli.options import first_line, print_json, render_table
+from pgsched.cli.options import Page, first_line, json_output, paged, print_json, render_table
 from pgsched.cli.root import CliState
 from pgsched.cli.times import parse_time
 from pgsched.queries import query
@@ -24,51 +24,26 @@ def dead() -> None:
 @click.option("--type", "task_type", default=None, help="Only DEAD tasks of this type.")
 @click.option("--tenant", default=None, help="Only this tenant's DEAD tasks.")
 @click.option("--since", default=None, help="Failed at or after: ISO 8601 with offset, -7d ...")
-@click.option(
-    "--limit",
-    "max_rows",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    help="Rows per page.",
-)
-@click.option(
-    "--offset",
-    "skip_rows",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Rows to skip (newest first).",
-)
-@click.option(
-    "--page",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Page number, counted from 1 (sets --offset to (page - 1) x --limit).",
-)
-@click.option("--json", "as_json", is_flag=True, help="One JSON document: total and tasks.")
+@paged(50)
+@json_output("total and tasks")
 @click.pass_obj
 def dead_list(
     state: CliState,
     task_type: str | None,
     tenant: str | None,
     since: str | None,
-    max_rows: int,
-    skip_rows: int,
-    page: int | None,
+    page: Page,
     as_json: bool,
 ) -> None:
     """Show DEAD tasks, newest failure first, with how many match in all (on stderr)."""
-    if page is not None:
-        skip_rows = (page - 1) * max_rows
     params = {
         "task_type": task_type,
         "tenant_id": tenant,
         "since": (parse_time(since, None, option="--since").moment or datetime.now(UTC))
         if since is not None
         else None,
-        "max_rows": max_rows,
-        "skip_rows": skip_rows,
+        "max_rows": page.limit,
+        "skip_rows": page.offset,
     }
     with psycopg.connect(state.database()) as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("dead_page"), params).fetchall()
@@ -79,13 +54,13 @@ def dead_list(
     for row in rows:
         del row["total"]
     if as_json:
-        print_json({"total": total, "offset": skip_rows, "limit": max_rows, "tasks": rows})
+        print_json({"total": total, "offset": page.offset, "limit": page.limit, "tasks": rows})
         return
     for row in rows:
         row["last_error"] = first_line(row["last_error"], 80)
     columns = ["id", "tenant_id", "task_type", "attempts", "failed_at", "last_error"]
     click.echo(render_table(rows, columns))
-    shown = f"{skip_rows + 1}-{skip_rows + len(rows)}" if rows else "none"
+    shown = f"{page.offset + 1}-{page.offset + len(rows)}" if rows else "none"
     click.echo(f"{total} DEAD task(s) match; showing {shown}", err=True)
 
 

@@ -31,7 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.cli.findings import read_findings
-from pgsched.cli.options import print_json
+from pgsched.cli.options import json_output, print_json
 from pgsched.cli.root import CliState, message_for
 from pgsched.migrations import schema_version
 from pgsched.queries import query
@@ -64,7 +64,7 @@ class Check:
     show_default=True,
     help="Seconds host and database clocks may differ before a warning.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON document: checks and verdict.")
+@json_output("checks and verdict")
 @click.pass_obj
 def doctor(state: CliState, max_xact_age: float, max_skew: float, as_json: bool) -> None:
     """Check the database, roles, schema, sweeper, vacuum, leases and clocks; exit 1 on fail."""

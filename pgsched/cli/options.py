@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import click
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 LOG_LEVEL = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
@@ -39,6 +44,70 @@ def check_zone(ctx: click.Context, param: click.Parameter, value: str | None) ->
     if value is not None and not value.strip():
         raise click.BadParameter("empty: name an IANA zone such as Europe/Paris", ctx, param)
     return value
+
+
+def json_output(document: str) -> Callable[[Command], Command]:
+    """--json (passed as `as_json`) for a command that prints data: one JSON document on
+    stdout (`document` says what it holds), printed with `print_json`, instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help=f"One JSON document: {document}.")
+
+
+@dataclass(frozen=True)
+class Page:
+    """Which rows of a listing to print: at most `limit`, after skipping `offset`."""
+
+    limit: int
+    offset: int = 0
+
+
+def paged(
+    default_limit: int, *, offsets: bool = True, what: str = "rows"
+) -> Callable[[Command], Command]:
+    """--limit, and with `offsets` --offset and --page, for a command that lists rows; the
+    command gets them as one `page: Page` argument."""
+
+    def decorate(command: Command) -> Command:
+        @functools.wraps(command)
+        def with_page(
+            *args: Any, max_rows: int, skip_rows: int = 0, page: int | None = None, **kwargs: Any
+        ) -> Any:
+            if page is not None:
+                skip_rows = (page - 1) * max_rows
+            return command(*args, page=Page(max_rows, skip_rows), **kwargs)
+
+        options = [
+            click.option(
+                "--limit",
+                "max_rows",
+                type=click.IntRange(min=1),
+                default=default_limit,
+                show_default=True,
+                help=f"Most {what} to show" + (" per page." if offsets else "."),
+            )
+        ]
+        if offsets:
+            options += [
+                click.option(
+                    "--offset",
+                    "skip_rows",
+                    type=click.IntRange(min=0),
+                    default=0,
+                    show_default=True,
+                    help=f"{what.capitalize()} to skip (newest first).",
+                ),
+                click.option(
+                    "--page",
+                    type=click.IntRange(min=1),
+                    default=None,
+                    help="Page number, counted from 1 (sets --offset to (page - 1) x --limit).",
+                ),
+            ]
+        decorated: Any = with_page
+        for option in reversed(options):
+            decorated = option(decorated)
+        return cast(Command, decorated)
+
+    return decorate
 
 
 def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -8,7 +8,7 @@ import click
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched.cli.options import fit_table, print_json
+from pgsched.cli.options import fit_table, json_output, print_json
 from pgsched.cli.root import CliState
 from pgsched.cli.show import render_task
 from pgsched.errors import TaskNotFoundError, translate
@@ -40,7 +40,7 @@ def _state(row: dict[str, Any]) -> str:
 @schedules.command("list")
 @click.option("--tenant", default=None, help="Only this tenant's schedules.")
 @click.option("--type", "task_type", default=None, help="Only schedules of this task type.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
+@json_output("a list of schedules")
 @click.pass_obj
 def schedules_list(
     state: CliState, tenant: str | None, task_type: str | None, as_json: bool
@@ -73,7 +73,7 @@ def schedules_list(
     show_default=True,
     help="How many of its latest events to show.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON document: schedule and events.")
+@json_output("schedule and events")
 @click.pass_obj
 def schedules_show(state: CliState, schedule_id: int, max_events: int, as_json: bool) -> None:
     """One schedule and its latest events (armed, missed, paused, quarantined ...)."""

@@ -9,7 +9,7 @@ import click
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched.cli.options import fit_table, print_json
+from pgsched.cli.options import fit_table, json_output, print_json
 from pgsched.cli.root import CliState
 from pgsched.errors import TaskNotFoundError
 from pgsched.queries import query
@@ -19,7 +19,7 @@ WIDTH = 100
 
 @click.command()
 @click.argument("task_id", type=int)
-@click.option("--json", "as_json", is_flag=True, help="One JSON document: task and timeline.")
+@json_output("task and timeline")
 @click.pass_obj
 def show(state: CliState, task_id: int, as_json: bool) -> None:
     """One task: its row (status, due time, attempts, lease, last error) and its timeline."""

@@ -16,9 +16,12 @@ from pgsched.cli.findings import read_findings
 from pgsched.cli.options import (
     JSON_OBJECT,
     JSON_VALUE,
+    Page,
     check_zone,
     first_line,
     fit_table,
+    json_output,
+    paged,
     print_json,
     render_table,
 )
@@ -201,7 +204,7 @@ def cancel(state: CliState, task_id: int, reason: str) -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON document: lanes and flags.")
+@json_output("lanes and flags")
 @click.pass_obj
 def status(state: CliState, as_json: bool) -> None:
     """Per lane: cold, queued, due now, processing, dead, oldest lateness; then what is
@@ -283,9 +286,9 @@ def _seconds(ms: float | None) -> str:
 @click.option("--since", default=None, help="From: ISO 8601 with offset, now, or -7d, -2h ...")
 @click.option("--until", default=None, help="Until: the same forms as --since.")
 @click.option("--status", "outcome", default=None, help="COMPLETED, FAILED, QUEUED, RUNNING, ...")
-@click.option("--limit", "max_rows", type=int, default=100, show_default=True, help="Max rows.")
+@paged(100, offsets=False, what="runs")
 @click.option("--wide", is_flag=True, help="Every column, full times, no width limit.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document (a list of runs).")
+@json_output("a list of runs")
 @click.pass_obj
 def history(
     state: CliState,
@@ -295,7 +298,7 @@ def history(
     since: str | None,
     until: str | None,
     outcome: str | None,
-    max_rows: int,
+    page: Page,
     wide: bool,
     as_json: bool,
 ) -> None:
@@ -311,7 +314,7 @@ def history(
         since=bounds.get("--since"),
         until=bounds.get("--until"),
         outcome=outcome.upper() if outcome else None,
-        max_rows=max_rows,
+        max_rows=page.limit,
     )
     if as_json:
         print_json(rows)

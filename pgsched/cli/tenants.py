@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
 from pgsched.app import App
-from pgsched.cli.options import JSON_OBJECT, render_table
+from pgsched.cli.options import JSON_OBJECT, json_output, print_json, render_table
 from pgsched.cli.root import CliState
 
 
@@ -38,12 +37,12 @@ def tenants_disable(state: CliState, tenant_id: str) -> None:
 
 
 @tenants.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_output("a list of tenants")
 @click.pass_obj
 def tenants_list(state: CliState, as_json: bool) -> None:
     """Every tenant, by product."""
     rows = App(state.database()).tenants()
     if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
+        print_json(rows)
         return
     click.echo(render_table(rows, ["tenant_id", "product", "active", "created_at"]))
