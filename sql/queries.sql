@@ -585,3 +585,64 @@ LIMIT 5;
 
 -- name: doctor_db_clock
 SELECT clock_timestamp() AS db_now;
+
+-- name: queue_depth_lanes
+-- The sweeper leader's gauges, per lane: QUEUED work already due and how long the oldest has
+-- waited. One range probe of the claim index per (lane, priority) reads the due entries
+-- only, never the work due later in the day. Priorities 0-10: tasks_priority_range.
+SELECT
+    l.lane::text AS lane,
+    coalesce(sum(d.due), 0)::bigint AS due,
+    coalesce(extract(EPOCH FROM now() - min(d.oldest)), 0)::float8 AS oldest_due_s
+FROM unnest(enum_range(NULL::pgsched.task_lane)) AS l (lane)
+CROSS JOIN generate_series(0, 10) AS p (priority)
+LEFT JOIN LATERAL (  -- noqa: ST05
+    SELECT
+        count(*) AS due,
+        min(t.next_run_at) AS oldest
+    FROM pgsched.tasks AS t
+    WHERE
+        t.status = 'QUEUED'
+        AND t.lane = l.lane
+        AND t.priority = p.priority
+        AND t.next_run_at <= now()
+) AS d ON TRUE
+GROUP BY l.lane
+ORDER BY l.lane;
+
+-- name: queue_pending_tiers
+-- Scheduled and not yet due, per tier. IMMEDIATE and HOT are counted in the hot partition
+-- (small by design). COLD is the planner's row estimate of the cold partition, kept
+-- current by autovacuum's ANALYZE: an exact count would read every cold row, and the cold
+-- tier exists so that nothing routine does. Until the partition is first analyzed
+-- (reltuples < 0) it is counted; the subquery runs only then.
+WITH horizons AS (
+    SELECT h.immediate_until FROM pgsched.tier_horizons() AS h
+)
+
+SELECT
+    (
+        SELECT count(*)
+        FROM pgsched.tasks AS t, horizons AS z
+        WHERE
+            t.status = 'QUEUED'
+            AND t.next_run_at > now()
+            AND t.next_run_at < z.immediate_until
+    ) AS immediate,
+    (
+        SELECT count(*)
+        FROM pgsched.tasks AS t, horizons AS z
+        WHERE t.status = 'QUEUED' AND t.next_run_at >= z.immediate_until
+    ) AS hot,
+    (
+        SELECT
+            CASE
+                WHEN c.reltuples >= 0 THEN c.reltuples::bigint
+                ELSE (
+                    SELECT count(*) FROM pgsched.tasks AS k
+                    WHERE k.status = 'PENDING'
+                )
+            END
+        FROM pg_catalog.pg_class AS c
+        WHERE c.oid = 'pgsched.tasks_cold'::regclass
+    ) AS cold;

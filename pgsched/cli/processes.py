@@ -7,7 +7,7 @@ import importlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,12 +18,56 @@ from pgsched.dsn import resolve_dsn
 from pgsched.lanes import Lane
 from pgsched.observability.logs import LOG_FORMATS, masked_database, start_logging
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from pgsched.observability.server import MetricsServer, Problem
+
 LOG_FORMAT = click.option(
     "--log-format",
     type=click.Choice(LOG_FORMATS),
     default=None,
     help="text, or json: one object per line (default: the global --log-format).",
 )
+
+
+def metrics_options(command: Any) -> Any:
+    """--metrics-port / --metrics-host / --queue-depth-interval, on worker and sweeper."""
+    options = [
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            default=None,
+            help="Serve /metrics (Prometheus), /healthz and /readyz on this port (0: any free"
+            " port, logged). Off by default.",
+        ),
+        click.option(
+            "--metrics-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address the metrics port listens on (0.0.0.0 for a scraper on another host).",
+        ),
+        click.option(
+            "--queue-depth-interval",
+            type=float,
+            default=15.0,
+            show_default=True,
+            help="Seconds between the leader's reads of the queue depth gauges.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def serve_metrics(
+    host: str, port: int, registry: CollectorRegistry, liveness: Problem, readiness: Problem
+) -> MetricsServer:
+    from pgsched.observability.server import MetricsServer
+
+    server = MetricsServer(host, port, registry, liveness=liveness, readiness=readiness)
+    server.start()
+    return server
 
 
 def log_startup(process: str, dsn: str, **fields: Any) -> None:
@@ -156,6 +200,13 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     show_default=True,
     help="At most one NOTIFY-triggered claim per lane per this interval (s).",
 )
+@metrics_options
+@click.option(
+    "--metrics-tenant-label",
+    is_flag=True,
+    help="Label the claimed and outcome counters by tenant too. Each tenant multiplies those"
+    " series: with many tenants this can overwhelm Prometheus (cardinality).",
+)
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
 @LOG_FORMAT
 @click.pass_obj
@@ -176,6 +227,10 @@ def worker(
     max_stuck_threads: int,
     stall_threshold: float,
     wakeup_debounce: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    queue_depth_interval: float,
+    metrics_tenant_label: bool,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -208,7 +263,26 @@ def worker(
     # The App's own DSN counts as naming a database; neither starts the embedded one.
     dsn = with_connect_timeout(resolve_dsn(state.dsn or app._dsn))
     log_startup("worker", dsn, lanes=lanes, concurrency=concurrency)
-    runner = Worker(dsn, app.registry, config)
+    metrics = sweeper_metrics = None
+    if metrics_port is not None:
+        from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics, new_registry
+        from pgsched.observability.server import Readiness
+
+        registry = new_registry()
+        metrics = WorkerMetrics(
+            registry, [lane.value for lane in config.lanes], tenant_label=metrics_tenant_label
+        )
+        if sweeps:
+            sweeper_metrics = SweeperMetrics(registry, queue_depth_interval)
+    runner = Worker(dsn, app.registry, config, metrics, sweeper_metrics)
+    if metrics is not None and metrics_port is not None:
+        serve_metrics(
+            metrics_host,
+            metrics_port,
+            metrics.registry,
+            runner.liveness_problem,
+            Readiness(dsn, runner.readiness_problem).problem,
+        )
     asyncio.run(runner.run())
     if runner.abandoned_threads or runner.exit_status:
         # A plain handler still running past the grace period would hold the interpreter
@@ -242,6 +316,7 @@ def worker(
     show_default=True,
     help="Seconds between tries to become leader.",
 )
+@metrics_options
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
 @LOG_FORMAT
 @click.pass_obj
@@ -254,6 +329,9 @@ def sweeper(
     retention_interval: float,
     retention_days: float,
     leader_retry: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    queue_depth_interval: float,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -284,7 +362,18 @@ def sweeper(
             click.echo(f"{name}: {json.dumps(counts)}")
         return
     log_startup("sweeper", dsn, leader_retry=leader_retry)
+    metrics = None
+    if metrics_port is not None:
+        from pgsched.observability.metrics import SweeperMetrics, new_registry
+        from pgsched.observability.server import Readiness
+
+        registry = new_registry()
+        metrics = SweeperMetrics(registry, queue_depth_interval)
+        sweeps.append(metrics.sweep)
     runner = Sweeper(dsn, sweeps, leader_retry=leader_retry)
+    if metrics is not None and metrics_port is not None:
+        metrics.follow(lambda: runner.is_leader)
+        serve_metrics(metrics_host, metrics_port, registry, lambda: None, Readiness(dsn).problem)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     signal.signal(signal.SIGINT, lambda *_: runner.stop())
     runner.run()

@@ -7,6 +7,7 @@ pipeline can filter on task_id, lane or tenant without parsing prose.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import time
@@ -32,6 +33,7 @@ FIELDS = (
     "worker_id",
     "schedule_id",
     "count",
+    "event",
 )
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -109,6 +111,18 @@ def masked_database(conninfo: str) -> str:
 
 _attempts_log = logging.getLogger("pgsched.worker.attempts")
 
+# When the running task's attempt started (time.monotonic()): set by the task runner in
+# the task's own context, read by the lines about how the attempt ended.
+attempt_started: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "pgsched_attempt_started", default=None
+)
+
+
+def attempt_duration_ms() -> float | None:
+    """Milliseconds since the current task's attempt started (None outside a task)."""
+    started = attempt_started.get()
+    return None if started is None else round((time.monotonic() - started) * 1000, 1)
+
 
 def log_attempt_failed(
     task: TaskRow,
@@ -122,7 +136,9 @@ def log_attempt_failed(
     from pgsched.worker.threads import describe_task
 
     dead = outcome == "FAILED" or task.attempt >= task.max_attempts
-    fields = task_fields(task, error_class=cls, error=error[:2000])
+    fields = task_fields(
+        task, error_class=cls, error=error[:2000], duration_ms=attempt_duration_ms()
+    )
     text = shown or (error.splitlines()[0] if error else "")
     if dead:
         _attempts_log.error(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -24,7 +25,7 @@ from typing import Any
 import psycopg
 
 from pgsched.handlers import Registration, TaskContext, TaskRow, call_step
-from pgsched.observability.logs import error_class, log_attempt_failed
+from pgsched.observability.logs import attempt_started, error_class, log_attempt_failed
 from pgsched.queries import query
 from pgsched.retry import RetryPolicy
 from pgsched.worker.outcomes import Outcome, finish_params
@@ -179,6 +180,7 @@ class TaskRunner:
     async def run(self, task: TaskRow) -> None:
         """Run `task` to exactly one outcome, whatever fails on the way."""
         running_task.set(task)
+        attempt_started.set(time.monotonic())
         try:
             await self._run(task)
         except asyncio.CancelledError:

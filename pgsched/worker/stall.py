@@ -44,6 +44,10 @@ class LoopStallWatchdog(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
 
+    def blocked_for(self) -> float:
+        """Seconds the loop is past its next stamp now (0 while it ticks): /healthz."""
+        return max(time.monotonic() - self._stamp - self._tick, 0.0)
+
     def run(self) -> None:
         reported: float | None = None  # the stamp of the stall already reported
         culprit = ""

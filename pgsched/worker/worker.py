@@ -15,8 +15,10 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -25,10 +27,11 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.lanes import Lane
 from pgsched.observability.logs import task_fields
+from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics
 from pgsched.queries import query
 from pgsched.recurring import arm_after_task
 from pgsched.startup import wait_for_current_schema
-from pgsched.sweeps import Sweeper
+from pgsched.sweeps import Sweeper, default_sweeps
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.claims import claim_many
 from pgsched.worker.config import WorkerConfig
@@ -54,8 +57,17 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    def __init__(self, dsn: str, registry: HandlerRegistry, config: WorkerConfig) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        registry: HandlerRegistry,
+        config: WorkerConfig,
+        metrics: WorkerMetrics | None = None,
+        sweeper_metrics: SweeperMetrics | None = None,
+    ) -> None:
         self.dsn = dsn
+        self.metrics = metrics
+        self.sweeper_metrics = sweeper_metrics
         self.registry = registry
         self.config = config
         self.worker_id = config.worker_id or default_worker_id()
@@ -71,6 +83,9 @@ class Worker:
         self.exit_status = 0
         self._thread_pools: dict[Lane, LaneThreadPool] = {}
         self._lane_loops: dict[str, LaneLoop] = {}
+        # When each running task started (time.monotonic()): its duration on log lines.
+        self._started_at: dict[int, float] = {}
+        self._watchdog: LoopStallWatchdog | None = None
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -78,6 +93,29 @@ class Worker:
         """Begin a graceful shutdown (what SIGTERM does)."""
         if self._stop_requested is not None:
             self._stop_requested.set()
+
+    def liveness_problem(self) -> str | None:
+        """/healthz: None while the event loop runs, else how long it has been blocked."""
+        watchdog = self._watchdog
+        if watchdog is None:
+            return None
+        blocked = watchdog.blocked_for()
+        if blocked > self.config.stall_threshold:
+            return (
+                f"event loop blocked for {blocked:.1f}s "
+                f"(--stall-threshold {self.config.stall_threshold:g}s)"
+            )
+        return None
+
+    def readiness_problem(self) -> str | None:
+        """/readyz, besides the database: a draining worker takes no new work."""
+        if self._stop_requested is not None and self._stop_requested.is_set():
+            return "shutting down"
+        return None
+
+    def _duration_ms(self, task_id: int) -> float | None:
+        started = self._started_at.get(task_id)
+        return None if started is None else round((time.monotonic() - started) * 1000, 1)
 
     def _on_signal(self) -> None:
         self._signals += 1
@@ -184,6 +222,8 @@ class Worker:
             )
             for task in tasks:
                 keeper.hold(task.id, task.lease_token)
+            if self.metrics is not None:
+                self.metrics.claimed(tasks)
             for row in undecodable:
                 # Claimed, never runnable: it fails alone; its batch-mates run.
                 log.error("task %s: %s; failing it", row.id, row.reason)
@@ -202,9 +242,13 @@ class Worker:
                 self._recurring.add(task.id)
             handle = asyncio.create_task(runners[task.lane].run(task))
             self._running[task.id] = (handle, task)
+            started = self._started_at[task.id] = time.monotonic()
 
             def finished(_: asyncio.Task[None]) -> None:
                 self._running.pop(task.id, None)
+                self._started_at.pop(task.id, None)
+                if self.metrics is not None:
+                    self.metrics.ran(task, time.monotonic() - started)
                 done()
 
             handle.add_done_callback(finished)
@@ -226,7 +270,11 @@ class Worker:
             for lane in lanes
         ]
         self._lane_loops = {lp.lane.value: lp for lp in loops}
+        if self.metrics is not None:
+            for lp in loops:
+                self.metrics.watch_in_flight(lp.lane.value, partial(getattr, lp, "in_flight"))
         watchdog = LoopStallWatchdog(loop, self.config.stall_threshold, self._blocking_task)
+        self._watchdog = watchdog
         background = [
             listen,
             asyncio.create_task(buffer.run(), name="pgsched-outcomes"),
@@ -238,7 +286,14 @@ class Worker:
         claimers = [asyncio.create_task(lp.run(), name=f"pgsched-{lp.lane}") for lp in loops]
         for task in (*background, *claimers):
             task.add_done_callback(self._on_loop_exit)
-        scheduler = Sweeper(self.dsn) if self.config.run_sweeps else None
+        scheduler = None
+        if self.config.run_sweeps:
+            sweeps = default_sweeps()
+            if self.sweeper_metrics is not None:
+                sweeps.append(self.sweeper_metrics.sweep)
+            scheduler = Sweeper(self.dsn, sweeps)
+            if self.sweeper_metrics is not None:
+                self.sweeper_metrics.follow(lambda: scheduler is not None and scheduler.is_leader)
         if scheduler is not None:
             threading.Thread(target=scheduler.run, name="pgsched-sweeps", daemon=True).start()
         log.info(
@@ -289,6 +344,8 @@ class Worker:
             handles = [handle for handle, _ in self._running.values()]
             await asyncio.wait(handles, timeout=self.config.grace_seconds)
         unfinished = list(self._running.values())
+        # Read before cancelling: a cancelled task's start time goes with it.
+        durations = {task.id: self._duration_ms(task.id) for _, task in unfinished}
         for handle, _ in unfinished:
             handle.cancel()
         await asyncio.gather(*(h for h, _ in unfinished), return_exceptions=True)
@@ -296,7 +353,7 @@ class Worker:
             log.warning(
                 "%s: released unfinished at shutdown",
                 describe_task(task),
-                extra=task_fields(task, outcome="released"),
+                extra=task_fields(task, outcome="released", duration_ms=durations.get(task.id)),
             )
             buffer.add(
                 Outcome(
@@ -376,8 +433,10 @@ class Worker:
             "%s: lease lost (another worker or the rescue owns the task now); no longer "
             "renewed, handler cancelled",
             describe_task(task),
-            extra=task_fields(task, outcome="lease_lost"),
+            extra=task_fields(task, outcome="lease_lost", duration_ms=self._duration_ms(task_id)),
         )
+        if self.metrics is not None:
+            self.metrics.lease_lost(task)
         self._recurring.discard(task_id)
         handle.cancel()
 
@@ -396,6 +455,8 @@ class Worker:
     def _after_flush(self, keeper: LeaseKeeper, batch: list[Outcome], applied: set[int]) -> None:
         """Outcomes are written: drop their leases; advance the recurring ones that finished
         (a stale report, refused by the database, advances nothing)."""
+        if self.metrics is not None:
+            self.metrics.written(((o.task_id, o.outcome) for o in batch), applied)
         advance: list[int] = []
         for outcome in batch:
             keeper.drop(outcome.task_id)
