@@ -7,6 +7,7 @@
 #   python3 >= 3.11 with venv   .venv/ with pgsched installed editable, plus its dev tools
 #   chromium                    the dashboard's browser tests drive it (Playwright)
 #   faketime (optional)         the clock-skew tests shift a process's host clock
+#   redis-server                the Redis hot tier's tests start their own throwaway server
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -50,6 +51,15 @@ fi
 # Only the dashboard's browser tests need it; they say so and skip without it.
 if ! command -v chromium >/dev/null 2>&1 && is_root && command -v apt-get >/dev/null 2>&1; then
     missing+=(chromium)
+fi
+
+# The Redis hot tier's tests start their own redis-server; without it they fail naming it.
+if ! command -v redis-server >/dev/null 2>&1; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        missing+=(redis-server)
+    else
+        say "the Redis hot tier's tests need redis-server: sudo apt-get install -y redis-server"
+    fi
 fi
 
 if ((${#missing[@]} > 0)); then

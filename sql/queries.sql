@@ -85,6 +85,46 @@ LEFT JOIN pgsched.completed_work AS w
         AND c.task_type = w.task_type
         AND c.idempotency_key = w.idempotency_key;
 
+-- name: task_claim_ids
+-- The ids a worker popped from the Redis hot tier, claimed if still QUEUED and due: the
+-- same columns as task_claim_many (TaskRow's fields, bound by name), and the same ledger.
+SELECT
+    c.id,
+    c.task_type,
+    c.tenant_id,
+    c.payload::text AS payload_json,
+    c.metadata::text AS metadata_json,
+    c.attempts AS attempt,
+    c.max_attempts,
+    c.next_run_at AS scheduled_for,
+    c.lane,
+    c.priority,
+    c.idempotency_key,
+    c.lease_token,
+    c.schedule_id,
+    c.scope,
+    w.task_id AS done_by
+FROM pgsched.task_claim_ids(%(lane)s, %(ids)s::bigint[], %(worker)s, %(lease)s) AS c
+LEFT JOIN pgsched.completed_work AS w
+    ON
+        c.idempotency_key IS NOT NULL
+        AND c.tenant_id = w.tenant_id
+        AND c.task_type = w.task_type
+        AND c.idempotency_key = w.idempotency_key;
+
+-- name: hot_tier_window
+-- The ids the Redis mirror of a lane holds, in claim order; db_now is the clock they were
+-- judged by.
+SELECT
+    id,
+    priority,
+    next_run_at,
+    db_now
+FROM pgsched.hot_tier_window(%(lane)s, %(max_tasks)s);
+
+-- name: system_identifier
+SELECT pgsched.system_identifier() AS system_identifier;
+
 -- name: lane_next_due
 SELECT
     next_due,

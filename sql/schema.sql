@@ -305,6 +305,39 @@ END;
 $$;
 
 --
+-- Name: hot_tier_window(pgsched.task_lane, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id bigint, priority integer, next_run_at timestamp with time zone, db_now timestamp with time zone)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    until timestamptz;
+BEGIN
+    IF max_tasks IS NULL OR max_tasks < 1 THEN
+        RAISE EXCEPTION 'max_tasks must be at least 1, got %', max_tasks USING ERRCODE = '22023';
+    END IF;
+    SELECT h.immediate_until INTO until FROM pgsched.tier_horizons(t) AS h;
+    RETURN QUERY
+    SELECT c.id, c.priority, c.next_run_at, t
+      FROM unnest(pgsched.lane_priorities(hot_tier_window.lane)) AS p(priority)
+     CROSS JOIN LATERAL (
+        SELECT tk.id, tk.priority, tk.next_run_at
+          FROM pgsched.tasks AS tk
+         WHERE tk.status = 'QUEUED'
+           AND tk.lane = hot_tier_window.lane
+           AND tk.priority = p.priority
+           AND tk.next_run_at < until
+         ORDER BY tk.next_run_at
+         LIMIT hot_tier_window.max_tasks
+     ) AS c
+     LIMIT hot_tier_window.max_tasks;
+END;
+$$;
+
+--
 -- Name: lane_for(integer, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1096,6 +1129,17 @@ CREATE FUNCTION pgsched.schedules_unarmed(max_rows integer DEFAULT 500) RETURNS 
 $$;
 
 --
+-- Name: system_identifier(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.system_identifier() RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT system_identifier::text FROM pg_control_system()
+$$;
+
+--
 -- Name: task_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
 --
 
@@ -1146,6 +1190,57 @@ CREATE TABLE pgsched.tasks (
     CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
 )
 PARTITION BY LIST (status);
+
+--
+-- Name: task_claim_ids(pgsched.task_lane, bigint[], text, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_claim_ids(lane pgsched.task_lane, ids bigint[], worker text, lease interval DEFAULT '00:00:30'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgsched.tasks
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'ids must be an array of task ids, got NULL' USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(ids) > 10000 THEN
+        RAISE EXCEPTION 'ids holds % ids; at most 10000 per claim', cardinality(ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF worker IS NULL OR worker = '' THEN
+        RAISE EXCEPTION 'worker must name the claiming worker' USING ERRCODE = '22023';
+    END IF;
+    IF lease IS NULL OR lease <= INTERVAL '0' THEN
+        RAISE EXCEPTION 'lease must be a positive interval, got %', lease USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH due AS MATERIALIZED (
+        SELECT tk.id
+          FROM pgsched.tasks AS tk
+         WHERE tk.id = ANY(task_claim_ids.ids)
+           AND tk.status = 'QUEUED'
+           AND tk.lane = task_claim_ids.lane
+           AND tk.next_run_at <= t
+         ORDER BY tk.priority DESC, tk.next_run_at
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE pgsched.tasks AS tk
+       SET status = 'PROCESSING',
+           attempts = tk.attempts + 1,
+           locked_by = task_claim_ids.worker,
+           lease_token = gen_random_uuid(),
+           lease_expires_at = t + task_claim_ids.lease,
+           last_run_at = t,
+           updated_at = t,
+           status_reason = NULL
+      FROM due
+     WHERE tk.id = due.id AND tk.status = 'QUEUED'
+    RETURNING tk.*;
+END;
+$$;
 
 --
 -- Name: task_claim_many(pgsched.task_lane, integer, text, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2790,6 +2885,14 @@ REVOKE ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_ta
 GRANT ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) TO pgsched_admin;
 
 --
+-- Name: FUNCTION hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) TO pgsched_admin;
+
+--
 -- Name: FUNCTION lane_for(priority integer, lane text); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2975,6 +3078,14 @@ GRANT ALL ON FUNCTION pgsched.schedules_unarmed(max_rows integer) TO pgsched_wor
 GRANT ALL ON FUNCTION pgsched.schedules_unarmed(max_rows integer) TO pgsched_admin;
 
 --
+-- Name: FUNCTION system_identifier(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.system_identifier() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.system_identifier() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.system_identifier() TO pgsched_admin;
+
+--
 -- Name: SEQUENCE task_id_seq; Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2986,6 +3097,14 @@ GRANT ALL ON SEQUENCE pgsched.task_id_seq TO pgsched_admin;
 
 GRANT SELECT ON TABLE pgsched.tasks TO pgsched_worker;
 GRANT ALL ON TABLE pgsched.tasks TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_claim_ids(lane pgsched.task_lane, ids bigint[], worker text, lease interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_claim_ids(lane pgsched.task_lane, ids bigint[], worker text, lease interval, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_claim_ids(lane pgsched.task_lane, ids bigint[], worker text, lease interval, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_claim_ids(lane pgsched.task_lane, ids bigint[], worker text, lease interval, as_of timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -

@@ -7,7 +7,8 @@ import importlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from pgsched.observability.server import MetricsServer, Problem
+FC = TypeVar("FC", bound=Callable[..., Any])
 
 LOG_FORMAT = click.option(
     "--log-format",
@@ -102,6 +104,72 @@ def log_startup(process: str, dsn: str, **fields: Any) -> None:
             }
         },
     )
+
+
+def redis_options(mirror: bool) -> Callable[[FC], FC]:
+    """The Redis hot tier's options: a worker's, and (mirror=True) the sweeper's too."""
+    options = [
+        click.option(
+            "--redis",
+            "redis_url",
+            default=None,
+            metavar="URL",
+            help="Redis hot tier (redis://host:port/db): "
+            + ("mirror the due-soon ids there." if mirror else "claim ids popped from it."),
+        ),
+        click.option(
+            "--redis-namespace",
+            default="pgsched",
+            show_default=True,
+            help="Prefix of the hot tier's Redis keys.",
+        ),
+        click.option(
+            "--redis-allow-eviction",
+            is_flag=True,
+            help="Run even if Redis' maxmemory-policy is not noeviction (warns loudly).",
+        ),
+    ]
+    if mirror:
+        options += [
+            click.option(
+                "--redis-mirror-interval",
+                type=float,
+                default=1.0,
+                show_default=True,
+                help="Seconds between mirror passes.",
+            ),
+            click.option(
+                "--redis-reconcile-interval",
+                type=float,
+                default=30.0,
+                show_default=True,
+                help="Seconds between mirror-vs-Postgres count checks.",
+            ),
+            click.option(
+                "--redis-window-max",
+                type=int,
+                default=10_000,
+                show_default=True,
+                help="Most ids mirrored per lane.",
+            ),
+        ]
+
+    def apply(command: FC) -> FC:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+def hot_tier_config(redis_url: str | None, **options: Any) -> Any:
+    """The HotTierConfig the options describe; None without --redis."""
+    if redis_url is None:
+        return None
+    from pgsched.hot_tier import HotTierConfig
+
+    given = {name.removeprefix("redis_"): value for name, value in options.items()}
+    return HotTierConfig(url=redis_url, **given)
 
 
 def load_app(spec: str) -> App:
@@ -207,6 +275,7 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     help="Label the claimed and outcome counters by tenant too. Each tenant multiplies those"
     " series: with many tenants this can overwhelm Prometheus (cardinality).",
 )
+@redis_options(mirror=False)
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
 @LOG_FORMAT
 @click.pass_obj
@@ -231,6 +300,9 @@ def worker(
     metrics_host: str,
     queue_depth_interval: float,
     metrics_tenant_label: bool,
+    redis_url: str | None,
+    redis_namespace: str,
+    redis_allow_eviction: bool,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -259,6 +331,9 @@ def worker(
         max_stuck_threads=max_stuck_threads,
         stall_threshold=stall_threshold,
         wakeup_debounce=wakeup_debounce,
+        hot_tier=hot_tier_config(
+            redis_url, redis_namespace=redis_namespace, redis_allow_eviction=redis_allow_eviction
+        ),
     )
     # The App's own DSN counts as naming a database; neither starts the embedded one.
     dsn = with_connect_timeout(resolve_dsn(state.dsn or app._dsn))
@@ -317,6 +392,7 @@ def worker(
     help="Seconds between tries to become leader.",
 )
 @metrics_options
+@redis_options(mirror=True)
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
 @LOG_FORMAT
 @click.pass_obj
@@ -332,6 +408,12 @@ def sweeper(
     metrics_port: int | None,
     metrics_host: str,
     queue_depth_interval: float,
+    redis_url: str | None,
+    redis_namespace: str,
+    redis_allow_eviction: bool,
+    redis_mirror_interval: float,
+    redis_reconcile_interval: float,
+    redis_window_max: int,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -357,6 +439,19 @@ def sweeper(
         RescueSweep(interval=rescue_interval),
         RetentionSweep(interval=retention_interval, keep=timedelta(days=retention_days)),
     ]
+    hot_tier = hot_tier_config(
+        redis_url,
+        redis_namespace=redis_namespace,
+        redis_allow_eviction=redis_allow_eviction,
+        redis_mirror_interval=redis_mirror_interval,
+        redis_reconcile_interval=redis_reconcile_interval,
+        redis_window_max=redis_window_max,
+    )
+    if hot_tier is not None:
+        from pgsched.hot_tier.worker_side import open_mirror
+
+        # A Redis that may evict is refused here (ConfigError: exit 2).
+        sweeps.append(open_mirror(hot_tier))
     if once:
         for name, counts in run_all_once(dsn, sweeps).items():
             click.echo(f"{name}: {json.dumps(counts)}")

@@ -133,6 +133,24 @@ async def claim_many(
         query("task_claim_many"),
         {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
     )
+    return await _claimed_rows(conn, cur)
+
+
+async def claim_ids(
+    conn: psycopg.AsyncConnection[Any], lane: str, ids: list[int], worker: str, lease: Any
+) -> tuple[list[TaskRow], list[UndecodableRow]]:
+    """Claim exactly these tasks of `lane` (ids from the Redis hot tier), those still QUEUED
+    and due; the others are skipped. Returns what `claim_many` returns."""
+    cur = await conn.execute(
+        query("task_claim_ids"),
+        {"lane": lane, "ids": ids, "worker": worker, "lease": lease},
+    )
+    return await _claimed_rows(conn, cur)
+
+
+async def _claimed_rows(
+    conn: psycopg.AsyncConnection[Any], cur: psycopg.AsyncCursor[Any]
+) -> tuple[list[TaskRow], list[UndecodableRow]]:
     try:
         rows = await cur.fetchall()
     except psycopg.DataError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pgsched.errors import ConfigError
+from pgsched.hot_tier.config import HotTierConfig
 from pgsched.lanes import Lane
 from pgsched.option_checks import require_int, require_rate, require_seconds
 
@@ -75,6 +76,8 @@ class WorkerConfig:
     # per this interval, however many arrive (a flood costs a bounded number of claims).
     wakeup_debounce: float = 0.02
     lane_overrides: dict[Lane, LaneSettings] = field(default_factory=dict)
+    # Claim through the Redis hot tier (`--redis`); None: Postgres alone.
+    hot_tier: HotTierConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.lanes:

@@ -25,6 +25,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgsched.handlers import HandlerRegistry, TaskRow
+from pgsched.hot_tier.worker_side import open_hot_tier
 from pgsched.lanes import Lane
 from pgsched.observability.logs import task_fields
 from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics
@@ -137,6 +138,8 @@ class Worker:
         if not await asyncio.to_thread(wait_for_current_schema, self.dsn, "worker", stopped):
             return
         lanes = self.config.lanes
+        # A Redis that may evict is refused here, before anything else starts (ConfigError).
+        hot_tier = await asyncio.to_thread(open_hot_tier, self.config.hot_tier)
         concurrency = sum(self.config.lane_settings(lane).concurrency for lane in lanes)
         # Claims, next-due queries, outcome flushes and ledger writes are short: a few
         # connections serve them. Only transactional handlers hold one for their whole run.
@@ -168,10 +171,16 @@ class Worker:
             listen.cancel()
             keeper.stop()
             await pool.close()
+            if hot_tier is not None:
+                await hot_tier.source.close()
             if self._sync_pool is not None:
                 self._sync_pool.close()
             log.info("worker %s stopped before it could start", self.worker_id)
             return
+        if hot_tier is not None:
+            async with pool.connection() as conn:
+                await hot_tier.source.open(conn)
+        claim_from = claim_many if hot_tier is None else hot_tier.source.claim
         buffer = OutcomeBuffer(
             pool,
             self.config.flush_size,
@@ -211,7 +220,7 @@ class Worker:
 
         async def claim(lane: Lane, n: int) -> list[TaskRow]:
             async with pool.connection() as conn:
-                tasks, undecodable = await claim_many(
+                tasks, undecodable = await claim_from(
                     conn, lane.value, n, self.worker_id, self._lease
                 )
             log.debug(
@@ -282,6 +291,10 @@ class Worker:
             asyncio.create_task(self._rescue_loop(pool), name="pgsched-rescue"),
             asyncio.create_task(watchdog.stamp(), name="pgsched-stall-stamp"),
         ]
+        if hot_tier is not None:
+            background.append(
+                asyncio.create_task(hot_tier.wakeups(wakeups.events), name="pgsched-redis-wake")
+            )
         watchdog.start()
         claimers = [asyncio.create_task(lp.run(), name=f"pgsched-{lp.lane}") for lp in loops]
         for task in (*background, *claimers):
@@ -291,6 +304,8 @@ class Worker:
             sweeps = default_sweeps()
             if self.sweeper_metrics is not None:
                 sweeps.append(self.sweeper_metrics.sweep)
+            if hot_tier is not None:
+                sweeps.append(hot_tier.mirror())
             scheduler = Sweeper(self.dsn, sweeps)
             if self.sweeper_metrics is not None:
                 self.sweeper_metrics.follow(lambda: scheduler is not None and scheduler.is_leader)
@@ -325,6 +340,8 @@ class Worker:
                 thread_pool.shutdown(wait=False, cancel_futures=True)
             self.abandoned_threads = sum(p.alive_threads() for p in self._thread_pools.values())
             await pool.close()
+            if hot_tier is not None:
+                await hot_tier.source.close()
             if self._sync_pool is not None:
                 self._sync_pool.close()
             self.completed = buffer.flushed
