@@ -20,6 +20,12 @@ Fixtures (all talk to a server this session starts itself, never the one on port
 ``new_database`` (function)
     A factory: ``new_database(template=None)`` creates a database (empty, or a copy of
     ``template``) and returns its conninfo; it is dropped after the test.
+``workers`` (function)
+    ``worker_helpers.Workers`` for this test's database, with the tables of
+    ``tests/apps/dispatch.py`` created: ``workers.start("W1", lanes=...)`` runs a real
+    ``pgsched worker``; whatever is still running is killed after the test, and the logs
+    join any timed-out ``wait_until``. A module that needs more set-up first overrides it
+    with a fixture of the same name that takes ``workers``.
 
 A test that runs processes against its own database::
 
@@ -333,6 +339,15 @@ def connect(db_dsn: str) -> Iterator[Callable[..., psycopg.Connection]]:
 def conn(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
     """An autocommit connection to this test's database."""
     return connect(autocommit=True)
+
+
+@pytest.fixture
+def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Any]:
+    from worker_helpers import create_test_tables, running_workers
+
+    create_test_tables(conn)
+    with running_workers(db_env, tmp_path) as started:
+        yield started
 
 
 _database_numbers = itertools.count(1)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from query_plans import explain, node_values, plan_nodes, seeded_database
 from table_stats import table_stats
 
 if TYPE_CHECKING:
@@ -40,15 +41,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def backlog(pg_server: PgServer) -> Iterator[psycopg.Connection]:
-    name = "pgsched_explain_backlog"
-    pg_server.drop_database(name)
-    pg_server.create_database(name, template=pg_server.template_dbname)
-    try:
-        with pg_server.connect(name) as conn:
-            _seed(conn)
-            yield conn
-    finally:
-        pg_server.drop_database(name)
+    with seeded_database(pg_server, "pgsched_explain_backlog", _seed) as conn:
+        yield conn
 
 
 def _seed(conn: psycopg.Connection) -> None:
@@ -90,27 +84,6 @@ def _seed(conn: psycopg.Connection) -> None:
     conn.execute("ANALYZE pgsched.tasks")
 
 
-def _walk(node: Any, key: str) -> list[str]:
-    found: list[str] = []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k == key and isinstance(v, str):
-                found.append(v)
-            else:
-                found.extend(_walk(v, key))
-    elif isinstance(node, list):
-        for item in node:
-            found.extend(_walk(item, key))
-    return found
-
-
-def _explain(conn: psycopg.Connection, query: str) -> Any:
-    row = conn.execute(f"EXPLAIN (FORMAT JSON) {query}").fetchone()
-    assert row is not None
-    plan = row[0]
-    return json.loads(plan) if isinstance(plan, str) else plan
-
-
 def _hot_indexes(conn: psycopg.Connection) -> set[str]:
     return {
         r[0]
@@ -137,9 +110,9 @@ def test_seeded_as_intended(backlog: psycopg.Connection) -> None:
 
 @pytest.mark.parametrize("query", [CLAIM, NEXT_DUE], ids=["claim", "next-due"])
 def test_plan_reads_only_the_hot_partition(backlog: psycopg.Connection, query: str) -> None:
-    plan = _explain(backlog, query)
-    relations = set(_walk(plan, "Relation Name"))
-    indexes = set(_walk(plan, "Index Name"))
+    plan = explain(backlog, query)
+    relations = set(node_values(plan, "Relation Name"))
+    indexes = set(node_values(plan, "Index Name"))
     assert relations == {"tasks_hot"}, json.dumps(plan, indent=1)
     assert indexes <= _hot_indexes(backlog), json.dumps(plan, indent=1)
     text = json.dumps(plan)
@@ -148,8 +121,8 @@ def test_plan_reads_only_the_hot_partition(backlog: psycopg.Connection, query: s
 
 
 def test_claim_uses_the_claim_index(backlog: psycopg.Connection) -> None:
-    plan = _explain(backlog, CLAIM)
-    assert "tasks_hot_claim_idx" in _walk(plan, "Index Name"), json.dumps(plan, indent=1)
+    plan = explain(backlog, CLAIM)
+    assert "tasks_hot_claim_idx" in node_values(plan, "Index Name"), json.dumps(plan, indent=1)
 
 
 def test_generic_claim_plan_also_stays_hot(backlog: psycopg.Connection) -> None:
@@ -161,12 +134,12 @@ def test_generic_claim_plan_also_stays_hot(backlog: psycopg.Connection) -> None:
     )
     try:
         backlog.execute("SET plan_cache_mode = force_generic_plan")
-        plan = _explain(backlog, "EXECUTE claim_generic('NORMAL', 5, 100)")
+        plan = explain(backlog, "EXECUTE claim_generic('NORMAL', 5, 100)")
     finally:
         backlog.execute("RESET plan_cache_mode")
         backlog.execute("DEALLOCATE claim_generic")
-    assert set(_walk(plan, "Relation Name")) == {"tasks_hot"}, json.dumps(plan, indent=1)
-    assert "tasks_hot_claim_idx" in _walk(plan, "Index Name"), json.dumps(plan, indent=1)
+    assert set(node_values(plan, "Relation Name")) == {"tasks_hot"}, json.dumps(plan, indent=1)
+    assert "tasks_hot_claim_idx" in node_values(plan, "Index Name"), json.dumps(plan, indent=1)
     assert "tasks_cold" not in json.dumps(plan)
 
 
@@ -264,17 +237,6 @@ class _Rollback(Exception):
     """Leaves the seeded backlog as it was after each shipped function has run."""
 
 
-def _nodes(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        if "Node Type" in node:
-            yield node
-        for value in node.values():
-            yield from _nodes(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _nodes(item)
-
-
 def _statement(plan: dict[str, Any]) -> str:
     return str(plan.get("Query Text", "")).strip()
 
@@ -295,7 +257,7 @@ def test_shipped_claim_reads_only_the_hot_tier_through_its_index(
     _assert_no_cold_or_done(plans, "task_claim_many")
     claim = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
     assert len(claim) == 1, [_statement(p) for p in plans]
-    nodes = list(_nodes(claim[0]))
+    nodes = list(plan_nodes(claim[0]))
     # What it reads (the UPDATE's target, ModifyTable, names the parent table).
     scanned = {
         n["Relation Name"]
@@ -321,7 +283,7 @@ def test_shipped_promotion_reads_the_due_slice_not_the_cold_tier(
     )
     promote = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
     assert len(promote) == 1, [_statement(p) for p in plans]
-    nodes = list(_nodes(promote[0]))
+    nodes = list(plan_nodes(promote[0]))
     cold_reads = [n for n in nodes if n.get("Relation Name") == "tasks_cold"]
     assert cold_reads, json.dumps(promote[0], indent=1)
     # Every read of the cold tier goes through an index: the due range, then the UPDATE's

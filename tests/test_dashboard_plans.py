@@ -7,13 +7,12 @@ cold tier is where millions of future tasks live, the done tier grows with histo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from query_plans import explain, plan_nodes, seeded_database
 
 from pgsched.queries import query
 
@@ -27,15 +26,8 @@ BIG_TIERS = {"tasks_cold", "tasks_done"}
 
 @pytest.fixture(scope="module")
 def backlog(pg_server: PgServer) -> Iterator[psycopg.Connection]:
-    name = "pgsched_dashboard_plans"
-    pg_server.drop_database(name)
-    pg_server.create_database(name, template=pg_server.template_dbname)
-    try:
-        with pg_server.connect(name) as conn:
-            _seed(conn)
-            yield conn
-    finally:
-        pg_server.drop_database(name)
+    with seeded_database(pg_server, "pgsched_dashboard_plans", _seed) as conn:
+        yield conn
 
 
 def _schedule(conn: psycopg.Connection, n: int, first_due: str, step: str, type_: str) -> None:
@@ -74,13 +66,6 @@ def _seed(conn: psycopg.Connection) -> None:
     conn.execute("ANALYZE")
 
 
-def _relations(plan: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    if "Relation Name" in plan:
-        yield plan["Node Type"], plan["Relation Name"]
-    for child in plan.get("Plans", ()):
-        yield from _relations(child)
-
-
 SEARCH = {
     "task_id": None,
     "task_type": None,
@@ -115,10 +100,8 @@ STATEMENTS: list[tuple[str, dict[str, Any]]] = [
 def test_no_page_reads_a_big_tier_sequentially(
     backlog: psycopg.Connection, name: str, params: dict[str, Any]
 ) -> None:
-    row = backlog.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + query(name), params).fetchone()
-    assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    scans = list(_relations(plan[0]["Plan"]))
+    plan = explain(backlog, query(name), params)
+    scans = [(n["Node Type"], n["Relation Name"]) for n in plan_nodes(plan) if "Relation Name" in n]
     assert scans, "the plan reads no table"
     seq = [(node, rel) for node, rel in scans if node == "Seq Scan" and rel in BIG_TIERS]
     assert seq == [], f"{name} reads {seq} sequentially"

@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from worker_helpers import Workers, create_test_tables, running_workers, schedule, wait_until
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
+from worker_helpers import Workers, schedule, wait_until
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

@@ -9,18 +9,14 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
 from worker_helpers import (
     Workers,
-    create_test_tables,
     db_now,
     events,
-    running_workers,
     schedule,
     statuses,
     task,
@@ -28,13 +24,6 @@ from worker_helpers import (
 )
 
 APP = "tests.apps.isolation:app"
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def count_status(conn: psycopg.Connection, ids: list[int], wanted: str) -> int:

@@ -8,17 +8,14 @@ statement that claims the task, so the worker holds a token that was never valid
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 from worker_helpers import (
     Workers,
-    create_test_tables,
+    count_function_calls,
     events,
-    running_workers,
+    function_calls,
     schedule,
     statuses,
     steps,
@@ -41,27 +38,14 @@ CREATE TRIGGER steal_lease AFTER UPDATE ON pgsched.tasks_hot FOR EACH ROW
 
 
 @pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
+def workers(workers: Workers, conn: psycopg.Connection) -> Workers:
     conn.execute(STEAL_LEASES)
-    # Sessions started from now on count calls of PL/pgSQL functions (the heartbeat's).
-    conn.execute(
-        sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
-            sql.Identifier(conn.info.dbname)
-        )
-    )
-    with running_workers(db_env, tmp_path) as started:
-        yield started
+    count_function_calls(conn)  # the heartbeat's
+    return workers
 
 
 def heartbeat_calls(conn: psycopg.Connection) -> int:
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute(
-        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
-        " WHERE schemaname = 'pgsched' AND funcname = 'task_heartbeat_many'"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return function_calls(conn, "task_heartbeat_many")
 
 
 def test_a_fan_out_whose_lease_is_lost_is_no_longer_heartbeated(

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
 from worker_helpers import (
     Workers,
-    create_test_tables,
     db_now,
     events,
-    running_workers,
     schedule,
     statuses,
     steps,
@@ -27,13 +24,6 @@ from worker_helpers import (
 )
 
 LEASE = 2.0
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def test_sigkilled_workers_tasks_are_rescued_by_another_worker(

@@ -5,16 +5,11 @@ completion (or roll back with a failure)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
-import pytest
 from worker_helpers import (
     Workers,
-    create_test_tables,
     events,
-    running_workers,
     schedule,
     statuses,
     steps,
@@ -24,13 +19,6 @@ from worker_helpers import (
 )
 
 FULL = ["validate", "before_execute", "execute", "after_execute"]
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def wait_terminal(conn: psycopg.Connection, ids: list[int], timeout: float = 15) -> dict[int, str]:

@@ -10,17 +10,14 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import psycopg
-import pytest
-from psycopg import sql
 from worker_helpers import (
     Workers,
-    create_test_tables,
+    count_function_calls,
+    function_calls,
     listener_backends,
-    running_workers,
     schedule,
     statuses,
     wait_until,
@@ -30,23 +27,6 @@ DEBOUNCE = 0.1
 FLOOD = 100_000
 BURST = 25_000
 STREAM_SIZE = 100
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
-
-
-def claim_calls(conn: psycopg.Connection) -> int:
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute(
-        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
-        " WHERE schemaname = 'pgsched' AND funcname = 'task_claim_many'"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def worker_sessions(conn: psycopg.Connection) -> list[int]:
@@ -60,12 +40,7 @@ def worker_sessions(conn: psycopg.Connection) -> list[int]:
 def test_a_notify_flood_costs_at_most_one_claim_per_debounce_interval(
     conn: psycopg.Connection, workers: Workers, connect: Callable[..., psycopg.Connection]
 ) -> None:
-    # Sessions started from now on count calls of PL/pgSQL functions.
-    conn.execute(
-        sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
-            sql.Identifier(conn.info.dbname)
-        )
-    )
+    count_function_calls(conn)
     # The backup poll is far away: every claim in the window is a wake-up's (or startup's).
     w = workers.start("W1", poll=60, extra=["--wakeup-debounce", str(DEBOUNCE)])
     w.wait_running()
@@ -104,7 +79,7 @@ def test_a_notify_flood_costs_at_most_one_claim_per_debounce_interval(
     ours = {conn.info.backend_pid, producer.info.backend_pid}
     wait_until(lambda: set(worker_sessions(conn)) <= ours, 20, what="the worker's sessions to end")
     time.sleep(1)
-    claims = claim_calls(conn)
+    claims = function_calls(conn, "task_claim_many")
     # Startup claims before the flood (at most a few), then at most one per debounce
     # interval while notifications keep coming, and the sentinel's own.
     bound = math.ceil(window / DEBOUNCE) + 4

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import itertools
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 from worker_helpers import (
     Workers,
-    create_test_tables,
     events,
     listener_backends,
     run_cli,
     run_cli_together,
-    running_workers,
     schedule,
     statuses,
     steps,
@@ -39,13 +35,6 @@ RETRY_STORY = [
     ("QUEUED", "PROCESSING"),
     ("PROCESSING", "FAILED"),
 ]
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def attempt_starts(conn: psycopg.Connection, task_id: int) -> list[float]:

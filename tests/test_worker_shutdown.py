@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
-import pytest
 from worker_helpers import (
     Workers,
-    create_test_tables,
     events,
-    running_workers,
     schedule,
     statuses,
     steps,
@@ -23,13 +18,6 @@ from worker_helpers import (
     transitions,
     wait_until,
 )
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def wait_started(conn: psycopg.Connection, task_id: int) -> None:

@@ -5,29 +5,17 @@ at the BATCH lane's rate while HIGH work still starts at once."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import psycopg
-import pytest
 from worker_helpers import (
     Workers,
-    create_test_tables,
     db_now,
     listener_backends,
-    running_workers,
     schedule,
     statuses,
     wait_until,
 )
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def run_of(conn: psycopg.Connection, task_id: int) -> tuple[float, float]:

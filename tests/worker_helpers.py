@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -335,6 +336,29 @@ def steps(conn: psycopg.Connection, task_id: int) -> list[dict[str, Any]]:
             " WHERE task_id = %s ORDER BY id",
             (task_id,),
         ).fetchall()
+
+
+def count_function_calls(conn: psycopg.Connection) -> None:
+    """Sessions started on this database from now on (a worker's) count the calls of
+    PL/pgSQL functions, for `function_calls`."""
+    conn.execute(
+        sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
+            sql.Identifier(conn.info.dbname)
+        )
+    )
+
+
+def function_calls(conn: psycopg.Connection, name: str) -> int:
+    """Calls of pgsched.`name` so far, by sessions that count them and flushed their
+    statistics (a session flushes as it goes idle, at most every second, and as it ends)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
+        " WHERE schemaname = 'pgsched' AND funcname = %s",
+        (name,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def db_now(conn: psycopg.Connection) -> Any:
