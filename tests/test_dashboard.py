@@ -121,6 +121,25 @@ def test_dead_retry_needs_confirmation_and_records_the_actor(
     assert detail.startswith("retried from the DEAD lane by ") and detail.endswith("via dashboard")
 
 
+def test_a_bad_dead_lane_form_is_refused_at_both_steps(
+    conn: psycopg.Connection, env: dict[str, str]
+) -> None:
+    dead = make_dead_task(conn)
+    bad_forms = [
+        ({"action": "explode", "task_id": str(dead)}, "action: must be retry or discard"),
+        ({"action": "retry"}, "task_id: select at least one task"),
+        ({"action": "retry", "task_id": "seven"}, "task_id: every value must be a task id"),
+    ]
+    with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
+        token = csrf_field(client.get("/dead").text)
+        for step in ("/dead/confirm", "/dead/apply"):
+            for fields, message in bad_forms:
+                refused = client.post(step, data={"csrf_token": token, **fields})
+                assert refused.status_code == 400, (step, fields)
+                assert message in refused.text, (step, fields)
+    assert status_of(conn, dead) == "FAILED"
+
+
 def test_a_refused_write_changes_nothing_of_the_batch(
     conn: psycopg.Connection, env: dict[str, str]
 ) -> None:

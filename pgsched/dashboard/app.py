@@ -350,24 +350,25 @@ def create_app(config: DashboardConfig) -> Starlette:
             },
         )
 
-    async def dead_confirm(request: Request) -> Response:
+    async def dead_selection(request: Request) -> tuple[str, list[int]]:
+        """What a DEAD-lane form posts, once past the write guards: the action and the
+        task ids (the confirmation page and the apply step read the same form)."""
         form = await write_form(request)
         action = str(form.get("action") or "")
         if action not in ("retry", "discard"):
-            return _bad(request, render, BadInput("action: must be retry or discard"))
+            raise BadInput("action: must be retry or discard")
+        return action, _ids(form)
+
+    async def dead_confirm(request: Request) -> Response:
         try:
-            ids = _ids(form)
+            action, ids = await dead_selection(request)
         except BadInput as exc:
             return _bad(request, render, exc)
         return render(request, "dead_confirm.html", {"action": action, "ids": ids})
 
     async def dead_apply(request: Request) -> Response:
-        form = await write_form(request)
-        action = str(form.get("action") or "")
-        if action not in ("retry", "discard"):
-            return _bad(request, render, BadInput("action: must be retry or discard"))
         try:
-            ids = _ids(form)
+            action, ids = await dead_selection(request)
         except BadInput as exc:
             return _bad(request, render, exc)
         actor = actor_of(request)
