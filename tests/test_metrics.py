@@ -16,8 +16,6 @@ from psycopg import sql
 from test_sweeps import Processes
 from worker_helpers import (
     Workers,
-    create_test_tables,
-    running_workers,
     schedule,
     statuses,
     wait_until,
@@ -27,13 +25,6 @@ if TYPE_CHECKING:
     from conftest import PgServer
 
 METRICS = ("--metrics-port", "0")
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 @pytest.fixture
