@@ -18,6 +18,7 @@ from pgsched.worker.runner import ConnectionSource
 
 def test_a_connection_acquired_for_a_cancelled_task_goes_back_to_the_pool(db_dsn: str) -> None:
     pool = sync_pool(db_dsn, max_size=1)
+    pool.open()
     try:
         # The pool's only connection is busy: the task's acquire waits for it.
         busy = pool.getconn()

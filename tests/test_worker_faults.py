@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -223,14 +224,19 @@ def test_an_outcome_refused_by_a_read_only_database_is_retried(
     assert w.wait_exit(10) == 0
 
 
-@pytest.fixture
-def limited_role(conn: psycopg.Connection, db_dsn: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """A login with 3 connection slots (superusers ignore connection limits)."""
+@contextmanager
+def _role_with_slots(
+    conn: psycopg.Connection, db_dsn: str, slots: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A login with `slots` connection slots (superusers ignore connection limits)."""
     role = f"pgsched_slots_{int(time.time() * 1000) % 10**9}"
     conn.execute(
-        sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT 3 IN ROLE pgsched_worker").format(
-            sql.Identifier(role)
+        sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT {} IN ROLE pgsched_worker").format(
+            sql.Identifier(role), sql.Literal(slots)
         )
+    )
+    conn.execute(
+        sql.SQL("GRANT INSERT ON public.worker_test_tx TO {}").format(sql.Identifier(role))
     )
     params = {**conninfo_to_dict(db_dsn), "user": role}
     try:
@@ -239,7 +245,15 @@ def limited_role(conn: psycopg.Connection, db_dsn: str) -> Iterator[tuple[str, d
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
         )
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def limited_role(conn: psycopg.Connection, db_dsn: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A login with 3 connection slots."""
+    with _role_with_slots(conn, db_dsn, 3) as role:
+        yield role
 
 
 def test_too_few_connection_slots_start_with_what_is_there(
@@ -261,3 +275,29 @@ def test_too_few_connection_slots_start_with_what_is_there(
     w.send(signal.SIGTERM)
     assert w.wait_exit(10) == 0
     assert "Traceback" not in w.log()
+
+
+def test_plain_transactional_handlers_keep_a_connection_when_slots_are_short(
+    conn: psycopg.Connection, workers: Workers, db_dsn: str
+) -> None:
+    # Four slots: heartbeat, listener, one for the async pool, one for the plain handlers'
+    # pool. Were the async pool to grow first, it would take the last slot, and each plain
+    # transactional task would wait out the pool timeout, again and again.
+    with _role_with_slots(conn, db_dsn, 4) as (role, params):
+        conn.execute(
+            sql.SQL("GRANT INSERT ON public.worker_test_tx TO {}").format(sql.Identifier(role))
+        )
+        workers.env = {
+            **workers.env,
+            "PGSCHED_DSN": make_conninfo(**params),
+            "PGUSER": params["user"],
+        }
+        w = workers.start("W1", app=APP, lease=3.0)
+        w.wait_running()
+        ids = [schedule(conn, ("tx_sync", "tx_async", "quick")[n % 3]) for n in range(12)]
+        final = wait_until(lambda: _all_done(conn, ids), 20, what="all done")
+        assert set(final.values()) == {"COMPLETED"}
+        assert {task(conn, i)["attempts"] for i in ids} == {1}
+        w.wait_log("connection slots short")
+        w.send(signal.SIGTERM)
+        assert w.wait_exit(10) == 0

@@ -104,17 +104,23 @@ def async_pool(dsn: str, min_size: int, max_size: int, **kwargs: Any) -> Checked
 
 
 def sync_pool(dsn: str, max_size: int) -> CheckedPool:
-    """The pool of plain transactional handlers, made once and opened at start; it holds
-    no connection until such a handler runs (a server slot is not kept for nothing)."""
-    return CheckedPool(dsn, min_size=0, max_size=max_size, open=True, reconnect_failed=_gave_up)
+    """The pool of plain transactional handlers, made once, not opened yet: it keeps one
+    connection, opened by `open_async_pool` before the async pool grows. With few server
+    slots the async pool growing first could take every slot, and these handlers would
+    wait for a connection forever (each attempt timing out while it holds a worker slot)."""
+    return CheckedPool(dsn, min_size=1, max_size=max_size, open=False, reconnect_failed=_gave_up)
 
 
 async def open_async_pool(
-    pool: CheckedAsyncPool, stopping: asyncio.Event, settle: float = 2.0
+    pool: CheckedAsyncPool,
+    stopping: asyncio.Event,
+    settle: float = 2.0,
+    plain_pool: ConnectionPool[Any] | None = None,
 ) -> bool:
     """Open `pool` and wait until it holds one working connection, retrying with backoff
-    (a log line per attempt) until `stopping` is set; False when stopped first. Then say
-    whether the pool could open its minimum."""
+    (a log line per attempt) until `stopping` is set; False when stopped first. Then open
+    `plain_pool` (plain transactional handlers) and give it up to `settle` seconds for its
+    one connection, then grow `pool`; say whether either is short."""
     await pool.open(wait=False)
     backoff = 1.0
     while not stopping.is_set():
@@ -127,6 +133,8 @@ async def open_async_pool(
             backoff = min(backoff * 2, 10.0)
     else:
         return False
+    if plain_pool is not None:
+        await _open_plain_pool(plain_pool, settle)
     # Only now grow: opened together, several connections racing for the last free slot
     # can all be refused, again and again (each counts the others while they start up).
     target = pool.target_min_size
@@ -143,3 +151,21 @@ async def open_async_pool(
         target,
     )
     return True
+
+
+async def _open_plain_pool(pool: ConnectionPool[Any], settle: float) -> None:
+    """Open the plain transactional handlers' pool and wait up to `settle` seconds for its
+    kept connection; if the server has no slot for it, say so and go on (it keeps trying)."""
+    await asyncio.to_thread(pool.open, wait=False)
+
+    def one_connection() -> None:
+        with pool.connection(timeout=settle):
+            pass
+
+    try:
+        await asyncio.to_thread(one_connection)
+    except (PoolTimeout, psycopg.OperationalError):
+        log.warning(
+            "connection slots short: no connection yet for plain transactional handlers; "
+            "their tasks wait for one (retried after the pool timeout) as the server frees slots"
+        )

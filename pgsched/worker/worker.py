@@ -165,9 +165,10 @@ class Worker:
             kwargs={"autocommit": True},
         )
         if any(not r.is_async for r in transactional):
-            # Made once, here: plain transactional handlers share it from many threads.
+            # Made once, here: plain transactional handlers share it from many threads. Its
+            # kept connection comes before the async pool grows (few slots: both get one).
             self._sync_pool = sync_pool(self.dsn, self.config.concurrency)
-        if not await open_async_pool(pool, self._stop_requested):
+        if not await open_async_pool(pool, self._stop_requested, plain_pool=self._sync_pool):
             listen.cancel()
             keeper.stop()
             await pool.close()

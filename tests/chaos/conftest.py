@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import Cluster, Scenario
+
+from benchmarks.chaos.harness import Cluster, Scenario
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,9 +1,10 @@
 """The chaos harness: a Postgres cluster of its own, real workers, a producer, and figures.
 
 Used by the short form (``pytest tests/chaos``) and the long form
-(``python -m benchmarks.chaos``). Several scenarios restart or reconfigure the server, so
-the cluster is this harness's own (never the test session's, never a default port): made
-with ``tests/bin/pg_ctl_unprivileged`` (which runs the server as ``postgres`` under root).
+(``python -m benchmarks.chaos``), which run the same scenarios (``scenarios.py``). Several
+scenarios restart or reconfigure the server, so the cluster is this harness's own (never
+the test session's, never a default port): made with ``tests/bin/pg_ctl_unprivileged``
+(which runs the server as ``postgres`` under root).
 
 Each scenario reports:
 - scheduled: tasks whose scheduling committed;
@@ -20,8 +21,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -40,12 +43,16 @@ from pgsched.migrations import migrate
 
 CHAOS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CHAOS_DIR.parent.parent
+# The test suite's pg_ctl wrapper: runs the server as `postgres` when we are root.
 PG_CTL = str(REPO_ROOT / "tests" / "bin" / "pg_ctl_unprivileged")
-APP = "tests.chaos.chaos_app:app"
+PGSCHED = str(Path(sys.executable).with_name("pgsched"))
+APP = "benchmarks.chaos.app:app"
 TEMPLATE = "pgsched_chaos_template"
 FINAL = ("COMPLETED", "FAILED", "DEAD", "CANCELLED")
 
 SERVER_SETTINGS = [
+    # Counts calls and time of the PL/pgSQL functions (the claim) in pg_stat_user_functions.
+    "track_functions=pl",
     # fsync off is safe here: an immediate shutdown kills processes, not the OS page cache.
     # Commits stay synchronous, or an immediate restart would forget acknowledged work.
     "fsync=off",
@@ -65,7 +72,8 @@ def _free_port() -> int:
 class Cluster:
     """A throwaway Postgres cluster: initdb, start, restart (fast / immediate), stop."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Sequence[str] = ()) -> None:
+        self.settings = [*SERVER_SETTINGS, *settings]
         self.root = Path(tempfile.mkdtemp(prefix="pgsched-chaos-"))
         os.chmod(self.root, 0o755)
         self.datadir = self.root / "data"
@@ -79,17 +87,26 @@ class Cluster:
 
     def start(self) -> None:
         self._pg_ctl("initdb", "-D", str(self.datadir), "-o", "-U postgres --auth=trust -E UTF8")
-        options = " ".join(
-            [f"-p {self.port}", f"-c unix_socket_directories={self.root}"]
-            + [f"-c {s}" for s in SERVER_SETTINGS]
+        self._pg_ctl(
+            "start", "-D", str(self.datadir), "-w", "-l", str(self.logfile), "-o", self._options()
         )
-        self._pg_ctl("start", "-D", str(self.datadir), "-w", "-l", str(self.logfile), "-o", options)
         with self.connect() as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
         migrate(self.dsn(TEMPLATE))
 
-    def restart(self, mode: str) -> None:
-        self._pg_ctl("restart", "-D", str(self.datadir), "-m", mode, "-w", "-l", str(self.logfile))
+    def _options(self, settings: Sequence[str] = ()) -> str:
+        return " ".join(
+            [f"-p {self.port}", f"-c unix_socket_directories={self.root}"]
+            + [f"-c {s}" for s in [*self.settings, *settings]]
+        )
+
+    def restart(self, mode: str, settings: Sequence[str] | None = None) -> None:
+        """Restart (-m fast or immediate); with `settings`, under the cluster's settings plus
+        these (they win), until the next restart given settings (`()`: the cluster's own)."""
+        options = [] if settings is None else ["-o", self._options(settings)]
+        self._pg_ctl(
+            "restart", "-D", str(self.datadir), "-m", mode, "-w", "-l", str(self.logfile), *options
+        )
 
     def stop(self) -> None:
         with suppress(Exception):
@@ -99,7 +116,7 @@ class Cluster:
     def dsn(self, dbname: str = "postgres") -> str:
         return make_conninfo(host=self.host, port=str(self.port), user="postgres", dbname=dbname)
 
-    def connect(self, dbname: str = "postgres") -> psycopg.Connection:
+    def connect(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn(dbname), autocommit=True, connect_timeout=5)
 
     def new_database(self) -> str:
@@ -126,8 +143,8 @@ class Cluster:
 
 
 @contextmanager
-def cluster() -> Iterator[Cluster]:
-    c = Cluster()
+def cluster(settings: Sequence[str] = ()) -> Iterator[Cluster]:
+    c = Cluster(settings)
     try:
         c.start()
         yield c
@@ -145,6 +162,8 @@ class Figures:
     reruns: int
     recovery_s: float | None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Figures sampled over time (a row per window), for the JSON only.
+    series: list[dict[str, Any]] = field(default_factory=list)
 
     def line(self) -> str:
         recovery = "-" if self.recovery_s is None else f"{self.recovery_s:.2f}s"
@@ -159,13 +178,103 @@ class Figures:
         return json.dumps(asdict(self))
 
 
+@dataclass
+class WorkerProcess:
+    """One `pgsched worker` process; its stdout and stderr go to `log_path`."""
+
+    worker_id: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    def wait_log(self, text: str, timeout: float = 20.0) -> None:
+        def seen() -> bool:
+            if not self.alive() and text not in self.log():
+                raise AssertionError(
+                    f"worker {self.worker_id} exited ({self.proc.returncode}) before logging "
+                    f"{text!r}\n{self.log()}"
+                )
+            return text in self.log()
+
+        wait_for(seen, timeout, f"worker {self.worker_id} to log {text!r}")
+
+    def wait_running(self, timeout: float = 20.0) -> None:
+        """Until the worker logged that its lane loops run (after its pool opened)."""
+        self.wait_log(f"worker {self.worker_id} running lanes", timeout)
+
+
+class Workers:
+    """Starts workers as a user does (the `pgsched` console script beside this Python),
+    from the repository root; kills whatever is left at close and prints every log."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.started: list[WorkerProcess] = []
+
+    def start(
+        self,
+        worker_id: str,
+        *,
+        app: str = APP,
+        lanes: str = "normal",
+        lease: float = 2.0,
+        poll: float = 0.5,
+        grace: float = 5.0,
+        extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> WorkerProcess:
+        argv = [
+            PGSCHED,
+            "worker",
+            *("--app", app, "--lanes", lanes, "--lease", str(lease)),
+            *("--poll-interval", str(poll), "--grace", str(grace), "--worker-id", worker_id),
+            *extra,
+        ]
+        log_path = self.log_dir / f"worker-{worker_id}.log"
+        with log_path.open("ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                env=env or self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = WorkerProcess(worker_id, proc, log_path)
+        self.started.append(worker)
+        return worker
+
+    def logs(self) -> str:
+        parts = []
+        for w in self.started:
+            state = "running" if w.alive() else f"exited {w.proc.returncode}"
+            parts.append(f"----- worker {w.worker_id} ({state}) -----\n{w.log()}")
+        return "\n".join(parts)
+
+    def close(self, *, show_logs: bool = True) -> None:
+        for w in self.started:
+            if w.alive():
+                w.proc.kill()
+        for w in self.started:
+            with suppress(subprocess.TimeoutExpired):
+                w.proc.wait(timeout=10)
+        if self.started and show_logs:
+            print(self.logs())
+
+
 class Scenario:
     """One scenario's database, run log, workers and producer."""
 
     def __init__(self, cluster: Cluster, name: str, workdir: Path) -> None:
-        # Imported here: the helpers live beside the other worker tests.
-        from worker_helpers import Workers
-
         self.cluster = cluster
         self.name = name
         self.dbname = cluster.new_database()
@@ -180,7 +289,7 @@ class Scenario:
             "PGAPPNAME": "pgsched-chaos-worker",
         }
         self.workers = Workers(self.env, workdir)
-        self._monitor: psycopg.Connection | None = None
+        self._monitor: psycopg.Connection[Any] | None = None
         self.execute("CREATE TABLE public.chaos_tx (task_id bigint NOT NULL)")
 
     # -- the database, surviving its restarts -----------------------------------------
@@ -243,6 +352,7 @@ class Scenario:
         *,
         expected: str | dict[int, str] = "COMPLETED",
         recovery_s: float | None,
+        series: list[dict[str, Any]] | None = None,
         **extra: Any,
     ) -> Figures:
         runs = self.runs()
@@ -265,12 +375,13 @@ class Scenario:
             reruns=sum(n - 1 for tid, n in per_task.items() if tid in wanted and n > 1),
             recovery_s=None if recovery_s is None else round(recovery_s, 2),
             extra=extra,
+            series=series or [],
         )
         print(figures.line(), flush=True)
         return figures
 
-    def close(self) -> None:
-        self.workers.close()
+    def close(self, *, show_logs: bool = True) -> None:
+        self.workers.close(show_logs=show_logs)
         if self._monitor is not None:
             self._monitor.close()
         with suppress(Exception), self.cluster.connect() as admin:
@@ -313,7 +424,7 @@ class Producer:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        conn: psycopg.Connection | None = None
+        conn: psycopg.Connection[Any] | None = None
         n = 0
         start = time.monotonic()
         while not self._stop.is_set():

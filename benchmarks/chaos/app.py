@@ -1,6 +1,6 @@
 """Handlers for the chaos suite, in real worker processes:
 
-    pgsched worker --app tests.chaos.chaos_app:app ...
+    pgsched worker --app benchmarks.chaos.app:app ...
 
 Every handler appends one line ``task_id attempt worker unix_time`` to the file named by
 ``PGSCHED_CHAOS_RUN_LOG`` when it starts. A file, not a table: it keeps recording while the
@@ -52,6 +52,13 @@ async def work_tx(ctx: TaskContext) -> None:
         "INSERT INTO public.chaos_tx (task_id) VALUES (%s)", (ctx.task.id,)
     )
     await asyncio.sleep(ctx.payload.get("seconds", 0.05))
+
+
+@app.handler("work_tx_sync", transactional=True, retry=QUICK_RETRY)
+def work_tx_sync(ctx: TaskContext) -> None:
+    record_run(ctx)
+    ctx.connection.execute("INSERT INTO public.chaos_tx (task_id) VALUES (%s)", (ctx.task.id,))
+    time.sleep(ctx.payload.get("seconds", 0.05))
 
 
 @app.handler("nul_error", retry=QUICK_RETRY)

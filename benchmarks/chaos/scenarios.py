@@ -1,0 +1,568 @@
+"""The chaos scenarios, each a function of a Scenario and its length: the short form
+(tests/chaos) and the long form (`python -m benchmarks.chaos`) run the same code."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import threading
+import time
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from benchmarks.chaos.harness import APP, Figures, Producer, Scenario, WorkerProcess, wait_for
+
+
+def _work(seconds: float = 0.05) -> Any:
+    return lambda n: ("work", {"seconds": seconds}, {"max_attempts": 25})
+
+
+def sigkill_workers(s: Scenario, *, seconds: float, kills: int = 2) -> Figures:
+    """Three workers under a steady load; `kills` times, evenly over `seconds`, the oldest
+    live one is SIGKILLed (a supervisor starts a replacement each time). Recovery: from a
+    kill until every task the dead worker had started has run again elsewhere (bounded by
+    the lease); the worst kill."""
+    for n in range(3):
+        s.workers.start(f"K{n}", app=APP, lease=2.0, extra=["--concurrency", "8"])
+    for w in s.workers.started:
+        w.wait_running()
+    recoveries: list[float] = []
+    killed = 0
+    with Producer(s.dsn, 40, _work(0.3)) as producer:
+        for round_ in range(kills):
+            time.sleep(seconds / (kills + 1))
+            victim = next(w for w in s.workers.started if w.alive())
+            victim.send(signal.SIGKILL)
+            killed_at = time.time()
+            killed += 1
+            s.workers.start(f"K{round_}b", app=APP, lease=2.0, extra=["--concurrency", "8"])
+            orphans = _unfinished_by(s, victim.worker_id, killed_at)
+            if orphans:
+                rerun = wait_for(partial(_all_rerun, s, orphans, killed_at), 30, "orphans re-run")
+                recoveries.append(rerun - killed_at)
+        time.sleep(seconds / (kills + 1))
+    final = s.settle(producer.ids, 60)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=max(recoveries) if recoveries else None,
+        killed=killed,
+        orphaned=len(recoveries),
+    )
+
+
+def _unfinished_by(s: Scenario, worker: str, before: float) -> set[int]:
+    """Tasks the worker started before `before` and that are not final now."""
+    started = {tid for tid, _, w, at in s.runs() if w == worker and at <= before}
+    if not started:
+        return set()
+    now = s.statuses(sorted(started))
+    return {tid for tid, st in now.items() if st != "COMPLETED"}
+
+
+def _all_rerun(s: Scenario, orphans: set[int], after: float) -> float | None:
+    last: dict[int, float] = {}
+    for tid, _, _, at in s.runs():
+        if tid in orphans and at > after:
+            last.setdefault(tid, at)
+    return max(last.values()) if len(last) == len(orphans) else None
+
+
+def postgres_restart(s: Scenario, mode: str, *, seconds: float) -> Figures:
+    """Two workers under load while the server restarts (-m fast or -m immediate).
+    Recovery: from the server accepting connections again to the next handler start."""
+    for n in range(2):
+        s.workers.start(f"R{n}", app=APP, lease=3.0, extra=["--concurrency", "8"])
+    for w in s.workers.started:
+        w.wait_running()
+    with Producer(s.dsn, 30, _work(0.1)) as producer:
+        time.sleep(seconds / 2)
+        s.cluster.restart(mode)
+        s.cluster.wait_accepting()
+        back = time.time()
+        ran = wait_for(lambda: s.first_run_after(back), 60, "a handler to run after the restart")
+        time.sleep(seconds / 2)
+    final = s.settle(producer.ids, 60)
+    alive = sum(w.alive() for w in s.workers.started)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=ran - back,
+        refused_while_down=producer.refused,
+        workers_alive=alive,
+    )
+
+
+def _listeners(s: Scenario) -> list[int]:
+    rows = s.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query LIKE 'LISTEN%%' AND pid <> pg_backend_pid()"
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def listener_killed(s: Scenario, *, rounds: int) -> Figures:
+    """One worker polling every 30 s, so only its LISTEN session wakes it promptly; that
+    session is terminated, then a task is scheduled. Recovery: from the kill to the task's
+    handler start (the worst round)."""
+    w = s.workers.start("L0", app=APP, lease=3.0, poll=30.0)
+    w.wait_running()
+    ids: list[int] = []
+    recoveries: list[float] = []
+    for _ in range(rounds):
+        pids = wait_for(lambda: _listeners(s), 20, "the worker's LISTEN session")
+        s.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (pids,))
+        killed_at = time.time()
+        task_id = s.schedule("work", {"seconds": 0})
+        ids.append(task_id)
+        ran = wait_for(partial(s.first_run_after, killed_at, [task_id]), 40, "probe run")
+        recoveries.append(ran - killed_at)
+        # A few more once the listener is back.
+        ids.extend(s.schedule("work", {"seconds": 0}) for _ in range(5))
+    final = s.settle(ids, 30)
+    return s.figures(ids, final, recovery_s=max(recoveries), worker_alive=w.alive())
+
+
+def idle_session_timeout(s: Scenario, *, trickles: int) -> Figures:
+    """idle_session_timeout = 2s on the database and work trickling in slower than that:
+    every pooled, heartbeat and listener session is cut while idle. Recovery: the worst
+    delay from a trickled task's scheduling to its handler start."""
+    s.execute(
+        sql.SQL("ALTER DATABASE {} SET idle_session_timeout = '2s'").format(
+            sql.Identifier(s.dbname)
+        )
+    )
+    w = s.workers.start("I0", app=APP, lease=7.5, poll=30.0)
+    w.wait_running()
+    ids: list[int] = []
+    delays: list[float] = []
+    kinds = ("work", "work_sync", "work_tx")
+    for n in range(trickles):
+        time.sleep(2.5)
+        asked = time.time()
+        task_id = s.schedule(kinds[n % 3], {"seconds": 0})
+        ids.append(task_id)
+        ran = wait_for(partial(s.first_run_after, asked, [task_id]), 30, "a trickled task")
+        delays.append(ran - asked)
+    final = s.settle(ids, 30)
+    return s.figures(ids, final, recovery_s=max(delays), worker_alive=w.alive())
+
+
+def _terminate_sessions(s: Scenario) -> None:
+    with s.cluster.connect() as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (s.dbname,),
+        )
+
+
+def database_read_only(s: Scenario, *, seconds: float) -> Figures:
+    """Under load, the database turns read-only (default_transaction_read_only, sessions
+    terminated so they reconnect under it) for `seconds`, then writable again. Recovery:
+    from writable again to the next handler start."""
+    for n in range(2):
+        s.workers.start(f"O{n}", app=APP, lease=3.0, extra=["--concurrency", "8"])
+    for w in s.workers.started:
+        w.wait_running()
+    db = sql.Identifier(s.dbname)
+    with Producer(s.dsn, 20, _work(0.05)) as producer:
+        time.sleep(2)
+        with s.cluster.connect() as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(db)
+            )
+        _terminate_sessions(s)
+        time.sleep(seconds)
+        with s.cluster.connect() as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(db)
+            )
+        _terminate_sessions(s)
+        back = time.time()
+        ran = wait_for(lambda: s.first_run_after(back), 60, "a handler run once writable")
+        time.sleep(2)
+    final = s.settle(producer.ids, 60)
+    alive = sum(w.alive() for w in s.workers.started)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=ran - back,
+        refused_while_read_only=producer.refused,
+        workers_alive=alive,
+    )
+
+
+def unstorable_error_text(s: Scenario, *, count: int) -> Figures:
+    """Handlers whose errors carry a NUL byte or invalid UTF-8, mixed with plain work: each
+    bad one ends FAILED with its text made storable, the others complete."""
+    w = s.workers.start("N0", app=APP, extra=["--concurrency", "8"])
+    expected: dict[int, str] = {}
+    for n in range(count):
+        kind = ("nul_error", "invalid_text_error", "work")[n % 3]
+        task_id = s.schedule(kind, {"seconds": 0}, max_attempts=1)
+        expected[task_id] = "FAILED" if kind != "work" else "COMPLETED"
+    ids = list(expected)
+    final = s.settle(ids, 60)
+    return s.figures(ids, final, expected=expected, recovery_s=None, worker_alive=w.alive())
+
+
+def base_exceptions(s: Scenario, *, count: int) -> Figures:
+    """Handlers raising SystemExit, KeyboardInterrupt and GeneratorExit, mixed with plain
+    work: each such attempt fails (retried, then FAILED), the worker runs on."""
+    w = s.workers.start("B0", app=APP, extra=["--concurrency", "8"])
+    w.wait_running()
+    expected: dict[int, str] = {}
+    names = ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
+    for n in range(count):
+        if n % 2:
+            task_id = s.schedule("raises_base", {"raise": names[n % 3]}, max_attempts=2)
+            expected[task_id] = "FAILED"
+        else:
+            expected[s.schedule("work", {"seconds": 0})] = "COMPLETED"
+    ids = list(expected)
+    final = s.settle(ids, 60)
+    return s.figures(ids, final, expected=expected, recovery_s=None, worker_alive=w.alive())
+
+
+def hung_low_handlers(s: Scenario, *, urgent: int) -> Figures:
+    """One worker serving HIGH and LOW; LOW fills with plain handlers hung far past their
+    1 s timeout while HIGH work falls due. Recovery: HIGH's worst lateness (due to start)."""
+    w = s.workers.start(
+        "H0",
+        app=APP,
+        lanes="high,low",
+        lease=5.0,
+        extra=["--concurrency", "4", "--max-stuck-threads", "100"],
+    )
+    w.wait_running()
+    hung = [s.schedule("hung_sync", {"seconds": 30}, priority=1, max_attempts=1) for _ in range(12)]
+    time.sleep(2.5)
+    now = s.execute("SELECT clock_timestamp()").fetchone()[0]
+    ids = [
+        s.schedule("work", {"seconds": 0}, priority=9, run_at=now + timedelta(seconds=1 + i * 0.1))
+        for i in range(urgent)
+    ]
+    final = s.settle(ids, 30)
+    lateness = [
+        float(r[0])
+        for r in s.execute(
+            "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
+            " WHERE task_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+    ]
+    hung_failed = sum(1 for st in s.statuses(hung).values() if st == "FAILED")
+    return s.figures(
+        ids,
+        final,
+        recovery_s=max(lateness) if lateness else None,
+        hung_low_failed=hung_failed,
+        worker_alive=w.alive(),
+    )
+
+
+WORKER_APP_NAME = "pgsched-chaos-worker"  # every worker session's application_name
+
+
+def _terminate_worker_sessions(s: Scenario) -> int:
+    rows = s.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = %s",
+        (WORKER_APP_NAME,),
+    ).fetchall()
+    return len(rows)
+
+
+def _stop(w: WorkerProcess, timeout: float = 30) -> tuple[int | None, float]:
+    """SIGTERM; the exit status (None: still running after `timeout`) and seconds taken."""
+    asked = time.monotonic()
+    w.send(signal.SIGTERM)
+    try:
+        code: int | None = w.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    return code, round(time.monotonic() - asked, 2)
+
+
+def _transactional_work(n: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    return ("work_tx", "work_tx_sync")[n % 2], {"seconds": 0.05}, {"max_attempts": 25}
+
+
+def _writes_not_once(s: Scenario, ids: list[int], final: dict[int, str]) -> int:
+    """Completed transactional tasks whose handler write is not there exactly once."""
+    transactional = {
+        int(r[0])
+        for r in s.execute(
+            "SELECT id FROM pgsched.tasks WHERE id = ANY(%s) AND task_type LIKE 'work_tx%%'",
+            (ids,),
+        ).fetchall()
+    }
+    counts = dict(
+        s.execute(
+            "SELECT task_id, count(*) FROM public.chaos_tx WHERE task_id = ANY(%s)"
+            " GROUP BY task_id",
+            (ids,),
+        ).fetchall()
+    )
+    return sum(1 for i in transactional if final.get(i) == "COMPLETED" and counts.get(i) != 1)
+
+
+def terminated_backends(s: Scenario, *, seconds: float, rate: float = 20) -> Figures:
+    """One worker running transactional handlers (async and plain, alternately) at `rate`
+    tasks/s while every session of the worker (pool, heartbeat, listener) is terminated
+    every 1 to 3 s. Each handler's write commits with its completion, so a completed task's
+    write must be there exactly once. Then SIGTERM: the worker must exit 0 promptly.
+    Recovery: the worst time from a kill to the next handler start."""
+    w = s.workers.start("T0", app=APP, lease=3.0, extra=["--concurrency", "8"])
+    w.wait_running()
+    kills: list[float] = []
+    stop = threading.Event()
+    rng = random.Random(12)
+
+    def killer() -> None:
+        while not stop.wait(rng.uniform(1.0, 3.0)):
+            if _terminate_worker_sessions(s):
+                kills.append(time.time())
+
+    with Producer(s.dsn, rate, _transactional_work) as producer:
+        thread = threading.Thread(target=killer, name="chaos-killer", daemon=True)
+        thread.start()
+        time.sleep(seconds)
+        stop.set()
+        thread.join()
+        # Work keeps arriving a little longer: each kill's recovery is measured.
+        time.sleep(3)
+    final = s.settle(producer.ids, 90)
+    recoveries = [ran - k for k in kills if (ran := s.first_run_after(k)) is not None]
+    alive = w.alive()
+    code, took = _stop(w)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=max(recoveries) if len(recoveries) == len(kills) and kills else None,
+        kills=len(kills),
+        writes_not_once=_writes_not_once(s, producer.ids, final),
+        worker_alive=alive,
+        sigterm_exit=code,
+        sigterm_s=took,
+    )
+
+
+CHAOS_ROLE = "pgsched_chaos_worker"
+
+
+def _worker_login(s: Scenario) -> dict[str, str]:
+    """The workers' environment with a login that is not a superuser: the server keeps
+    `superuser_reserved_connections` slots from it (for the harness's own sessions)."""
+    s.execute(
+        sql.SQL(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {name}) THEN"
+            " CREATE ROLE {role} LOGIN IN ROLE pgsched_worker; END IF; END $$"
+        ).format(name=sql.Literal(CHAOS_ROLE), role=sql.Identifier(CHAOS_ROLE))
+    )
+    s.execute(sql.SQL("GRANT INSERT ON public.chaos_tx TO {}").format(sql.Identifier(CHAOS_ROLE)))
+    return {**s.env, "PGSCHED_DSN": make_conninfo(s.dsn, user=CHAOS_ROLE)}
+
+
+def too_few_connection_slots(
+    s: Scenario, *, seconds: float, workers: int = 4, max_connections: int = 20
+) -> Figures:
+    """The server restarted with `max_connections` (three of them kept for superusers)
+    while `workers` workers, each wanting more sessions than its share (a pool, a
+    heartbeat, a listener; transactional handlers hold a pooled connection each), start
+    together under load. Expected: each worker short of slots says so (its own line or the
+    server's refusal) and retries with backoff; none exits (no crash loop); the tasks
+    complete. Recovery: from the workers' start to the first handler run."""
+    env = _worker_login(s)
+    s.cluster.restart("fast", [f"max_connections={int(max_connections)}"])
+    s.cluster.wait_accepting()
+    try:
+        with Producer(s.dsn, 20, _mixed_work) as producer:
+            started = time.time()
+            for n in range(workers):
+                s.workers.start(f"S{n}", app=APP, lease=3.0, extra=["--concurrency", "8"], env=env)
+            time.sleep(seconds)
+        final = s.settle(producer.ids, 90)
+        ran_by: dict[str, float] = {}
+        for _, _, worker, at in s.runs():
+            ran_by.setdefault(worker, at)
+        alive = sum(w.alive() for w in s.workers.started)
+        logs = [w.log() for w in s.workers.started]
+        short = sum(1 for log in logs if "connection slots" in log)
+        silent = sum(
+            1
+            for w, log in zip(s.workers.started, logs, strict=True)
+            if w.worker_id not in ran_by and "connection slots" not in log
+        )
+        starts = sum(log.count("worker starting") for log in logs)
+        tracebacks = sum(log.count("Traceback") for log in logs)
+        stops = [_stop(w) for w in s.workers.started]
+    finally:
+        s.cluster.restart("fast", ())
+        s.cluster.wait_accepting()
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=min(ran_by.values()) - started if ran_by else None,
+        workers_alive=alive,
+        worker_starts=starts,
+        workers_that_ran=len(ran_by),
+        workers_saying_short=short,
+        workers_idle_unexplained=silent,
+        tracebacks=tracebacks,
+        writes_not_once=_writes_not_once(s, producer.ids, final),
+        sigterm_exits=sorted({str(code) for code, _ in stops}),
+    )
+
+
+def _mixed_work(n: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    kind = ("work", "work_tx", "work_tx_sync")[n % 3]
+    return kind, {"seconds": 0.05}, {"max_attempts": 25}
+
+
+def _sample(s: Scenario) -> dict[str, float]:
+    """Cumulative counters: claims (calls, ms) from pg_stat_user_functions, tasks_hot's dead
+    tuples, rows moved into tasks_done (completions and failures)."""
+    s.execute("SELECT pg_stat_clear_snapshot()")
+    row = s.execute(
+        "SELECT"
+        " (SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
+        "   WHERE schemaname = 'pgsched' AND funcname = 'task_claim_many'),"
+        " (SELECT coalesce(sum(total_time), 0) FROM pg_stat_user_functions"
+        "   WHERE schemaname = 'pgsched' AND funcname = 'task_claim_many'),"
+        " (SELECT n_dead_tup FROM pg_stat_user_tables"
+        "   WHERE schemaname = 'pgsched' AND relname = 'tasks_hot'),"
+        " (SELECT n_tup_ins FROM pg_stat_user_tables"
+        "   WHERE schemaname = 'pgsched' AND relname = 'tasks_done')"
+    ).fetchone()
+    return {
+        "claims": float(row[0]),
+        "claim_ms": float(row[1]),
+        "dead": float(row[2] or 0),
+        "done": float(row[3] or 0),
+    }
+
+
+def xmin_held(
+    s: Scenario,
+    *,
+    hold_s: float,
+    before_s: float = 10,
+    after_s: float = 20,
+    rate: float = 200,
+    window_s: float = 2,
+) -> Figures:
+    """Tasks flow at `rate`/s through two workers while another session holds a REPEATABLE
+    READ transaction (with an xid and a snapshot) open for `hold_s`: VACUUM can remove
+    nothing that died after it began, so each claimed and finished task leaves dead tuples
+    in tasks_hot and a dead entry in its claim index that every later claim steps over.
+    Sampled per window: tasks_hot's dead tuples (n_dead_tup), claim queries and their mean
+    time (pg_stat_user_functions), completions and arrivals. Recovery: from the COMMIT
+    until a window's mean claim time is back within max(2 x, +2 ms) of the one before."""
+    for n in range(2):
+        s.workers.start(f"X{n}", app=APP, lease=5.0, extra=["--concurrency", "16"])
+    for w in s.workers.started:
+        w.wait_running()
+    series: list[dict[str, Any]] = []
+    holder = psycopg.connect(s.dsn, autocommit=True)
+    began = time.monotonic()
+    phases = (("before", before_s), ("hold", hold_s), ("after", after_s))
+    with Producer(s.dsn, rate, _work(0)) as producer:
+        last, arrived, last_t = _sample(s), len(producer.ids), time.monotonic()
+        for phase, length in phases:
+            if phase == "hold":
+                holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                holder.execute("SELECT txid_current(), count(*) FROM pgsched.tasks_hot")
+                held_at = time.monotonic()
+            elif phase == "after":
+                holder.execute("COMMIT")
+                released_at, released_mono = time.time(), time.monotonic()
+            end = time.monotonic() + length
+            while time.monotonic() < end:
+                time.sleep(min(window_s, max(end - time.monotonic(), 0.05)))
+                now, now_arrived, now_t = _sample(s), len(producer.ids), time.monotonic()
+                claims = now["claims"] - last["claims"]
+                series.append(
+                    {
+                        "t": round(now_t - began, 1),
+                        "s": round(now_t - last_t, 2),
+                        "at": time.time(),
+                        "phase": phase,
+                        "arrived": now_arrived - arrived,
+                        "completed": int(now["done"] - last["done"]),
+                        "claims": int(claims),
+                        "claim_ms": round((now["claim_ms"] - last["claim_ms"]) / claims, 3)
+                        if claims
+                        else None,
+                        "dead_tuples": int(now["dead"]),
+                    }
+                )
+                last, arrived, last_t = now, now_arrived, now_t
+    holder.close()
+    held_for = round(released_mono - held_at, 1)
+    final = s.settle(producer.ids, 120)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=_claims_back_to_normal(series, released_at),
+        series=series,
+        held_s=held_for,
+        **_xmin_summary(series),
+    )
+
+
+def _phase(series: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
+    return [w for w in series if w["phase"] == phase]
+
+
+def _claim_ms(windows: list[dict[str, Any]]) -> float | None:
+    """The mean claim time over `windows`, weighted by their claims."""
+    timed = [(float(w["claim_ms"]), int(w["claims"])) for w in windows if w["claim_ms"] is not None]
+    claims = sum(n for _, n in timed)
+    return round(sum(ms * n for ms, n in timed) / claims, 3) if claims else None
+
+
+def _per_s(windows: list[dict[str, Any]], key: str) -> float | None:
+    seconds = sum(w["s"] for w in windows)
+    return round(sum(w[key] for w in windows) / seconds, 1) if seconds else None
+
+
+def _claims_back_to_normal(series: list[dict[str, Any]], released_at: float) -> float | None:
+    """Seconds from the release until the end of the first window after it whose mean claim
+    time is back within max(2 x, +2 ms) of the mean before the hold."""
+    before = _claim_ms(_phase(series, "before"))
+    if before is None:
+        return None
+    normal = max(2 * before, before + 2)
+    for w in _phase(series, "after"):
+        if w["claim_ms"] is not None and w["claim_ms"] <= normal:
+            return round(float(w["at"]) - released_at, 2)
+    return None
+
+
+def _xmin_summary(series: list[dict[str, Any]]) -> dict[str, Any]:
+    before, hold, after = (_phase(series, p) for p in ("before", "hold", "after"))
+    tail = hold[-max(1, len(hold) // 5) :]  # the hold's last fifth
+
+    def share(ws: list[dict[str, Any]]) -> float | None:
+        arrived = sum(w["arrived"] for w in ws)
+        return round(100 * sum(w["completed"] for w in ws) / arrived, 1) if arrived else None
+
+    return {
+        "claim_ms_before": _claim_ms(before),
+        "claim_ms_hold_end": _claim_ms(tail),
+        "claim_ms_after": _claim_ms(after[-max(1, len(after) // 5) :]),
+        "claims_per_s_before": _per_s(before, "claims"),
+        "claims_per_s_hold_end": _per_s(tail, "claims"),
+        "completed_per_s_before": _per_s(before, "completed"),
+        "completed_per_s_hold_end": _per_s(tail, "completed"),
+        "completed_pct_of_arrivals_hold": share(hold),
+        "completed_pct_of_arrivals_hold_end": share(tail),
+        "dead_tuples_peak": max((w["dead_tuples"] for w in series), default=0),
+    }
