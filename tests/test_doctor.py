@@ -7,7 +7,6 @@ pgsched role. Each shows as the check that names it, and a fail exits 1."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from worker_helpers import skewed_env
 
 from pgsched.sweeps import LEADER_LOCK_KEY
 
@@ -27,11 +27,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PGSCHED = str(Path(sys.executable).with_name("pgsched"))
 
 
-def doctor(
-    env: dict[str, str], *args: str, prefix: tuple[str, ...] = ()
-) -> tuple[int, dict[str, dict[str, str]]]:
+def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, dict[str, str]]]:
     done = subprocess.run(
-        [*prefix, PGSCHED, "doctor", "--json", *args],
+        [PGSCHED, "doctor", "--json", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -239,11 +237,11 @@ def test_autovacuum_off_fails_and_dead_tuples_warn(
     assert "tasks_hot 3000 dead" in checks["dead tuples"]["detail"]
 
 
-@pytest.mark.skipif(shutil.which("faketime") is None, reason="needs faketime (Debian: faketime)")
 def test_a_host_clock_ahead_of_the_database_warns(db_env: dict[str, str], leader: Any) -> None:
-    code, checks = doctor(db_env, prefix=("faketime", "-f", "+120s"))
+    ahead = skewed_env(db_env, "+120s")
+    code, checks = doctor(ahead)
     assert checks["clock"]["result"] == "warn"
     assert "database behind host by 12" in checks["clock"]["detail"]
     assert code == 0
-    code, checks = doctor(db_env, "--max-skew", "300", prefix=("faketime", "-f", "+120s"))
+    code, checks = doctor(ahead, "--max-skew", "300")
     assert checks["clock"]["result"] == "pass"

@@ -19,21 +19,12 @@ from worker_helpers import (
     PGSCHED,
     REPO_ROOT,
     Workers,
-    create_test_tables,
-    running_workers,
     wait_until,
 )
 
 from pgsched.hot_tier.keys import LaneKeys
 
 WAVE = 150
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 @pytest.fixture
