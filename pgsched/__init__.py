@@ -1,21 +1,30 @@
 """pgsched: a job scheduler engine on PostgreSQL. The row is the truth."""
 
 from pgsched.app import App
-from pgsched.errors import InvalidTaskError, PgschedError, TaskNotFoundError, TaskStateError
+from pgsched.errors import (
+    InvalidTaskError,
+    PgschedError,
+    TaskCancelledError,
+    TaskNotFoundError,
+    TaskStateError,
+)
 from pgsched.handlers import TaskContext, TaskHandler
 from pgsched.lanes import Lane
 from pgsched.retry import RetryPolicy
-from pgsched.tasks import ScheduledTask, TaskSpec
+from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "CancelCounts",
+    "CancelResult",
     "InvalidTaskError",
     "Lane",
     "PgschedError",
     "RetryPolicy",
     "ScheduledTask",
+    "TaskCancelledError",
     "TaskContext",
     "TaskHandler",
     "TaskNotFoundError",

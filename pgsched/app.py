@@ -26,7 +26,7 @@ from pgsched.errors import InvalidTaskError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
-from pgsched.tasks import ScheduledTask, TaskSpec
+from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
 
 SCHEDULE_CHUNK = 20_000
 
@@ -336,15 +336,53 @@ class App:
         task_id: int,
         reason: str = "cancelled",
         *,
+        actor: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
-    ) -> int:
-        """Cancel a task that has not started; a started or finished one raises."""
-        with self._connection(conn) as c:
+    ) -> CancelResult:
+        """Cancel a task: one not started is CANCELLED at once; a running one is stopped
+        by its worker (see CancelResult). A finished one raises TaskStateError, an unknown
+        id TaskNotFoundError. `actor` is recorded with the database role."""
+        params = {"task_id": task_id, "reason": reason, "actor": actor}
+        with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
             try:
-                c.execute(query("task_cancel"), {"task_id": task_id, "reason": reason})
+                row = cur.execute(query("task_cancel"), params).fetchone()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-        return task_id
+        assert row is not None
+        return CancelResult(task_id, row["outcome"], row["detail"])
+
+    def cancel_where(
+        self,
+        *,
+        task_type: str | None = None,
+        tenant_id: str | None = None,
+        idempotency_key: str | None = None,
+        due_from: datetime | None = None,
+        due_until: datetime | None = None,
+        reason: str = "cancelled",
+        actor: str | None = None,
+        dry_run: bool = False,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> CancelCounts:
+        """Cancel every unfinished task matching the filters (at least one; the due time
+        in [due_from, due_until)). `dry_run` only counts them."""
+        params = {
+            "task_type": task_type,
+            "tenant_id": tenant_id,
+            "idempotency_key": idempotency_key,
+            "due_from": due_from,
+            "due_until": due_until,
+            "reason": reason,
+            "actor": actor,
+            "dry_run": dry_run,
+        }
+        with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
+            try:
+                row = cur.execute(query("task_cancel_where"), params).fetchone()
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        assert row is not None
+        return CancelCounts(int(row["cancelled"]), int(row["cancel_requested"]))
 
     def lane_summary(self) -> list[dict[str, Any]]:
         """Per lane: cold, queued, due now, processing, dead, oldest lateness (seconds)."""

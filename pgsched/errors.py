@@ -27,6 +27,11 @@ class TaskStateError(PgschedError):
     """The task is not in a state that allows the operation; nothing was changed."""
 
 
+class TaskCancelledError(PgschedError):
+    """Raised in a handler by `ctx.raise_if_cancelled()`: the task was asked to stop, and
+    its attempt ends CANCELLED."""
+
+
 class SchemaMismatchError(PgschedError):
     """The database's schema is not the one this pgsched needs; the message says what to run."""
 

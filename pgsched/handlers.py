@@ -21,13 +21,14 @@ import functools
 import inspect
 import json
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pgsched.errors import InvalidTaskError
+from pgsched.errors import InvalidTaskError, TaskCancelledError
 from pgsched.retry import RetryPolicy
 
 
@@ -63,18 +64,49 @@ class TaskRow:
         return decoded
 
 
+class CancelFlag:
+    """Whether the running task was asked to stop (`pgsched cancel`), read by its handler
+    as `ctx.cancelled` from any thread. The worker sets it; `in_thread` says whether the
+    handler's current step runs in a thread (plain `def`) or on the event loop, and
+    `ending` how the attempt was stopped, for the record."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.in_thread = False
+        # execute returned: the work is done, and a late request no longer stops it.
+        self.work_done = False
+        # The worker cancelled the task's asyncio task (an async step was running).
+        self.task_cancelled = False
+        self.ending = "the handler stopped"
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+
 class TaskContext:
-    """What a handler gets: the task, a logger bound to it, and, for a handler registered
-    with `transactional=True`, `connection`: a connection in an open transaction in which
-    the task's completion is written too, so the handler's writes and the completion
-    commit together or not at all."""
+    """What a handler gets: the task, a logger bound to it, `cancelled` (the task was asked
+    to stop), and, for a handler registered with `transactional=True`, `connection`: a
+    connection in an open transaction in which the task's completion is written too, so
+    the handler's writes and the completion commit together or not at all."""
 
     def __init__(
-        self, task: TaskRow, worker_id: str, connection: Any = None, dsn: str | None = None
+        self,
+        task: TaskRow,
+        worker_id: str,
+        connection: Any = None,
+        dsn: str | None = None,
+        cancel: CancelFlag | None = None,
     ) -> None:
         self.task = task
         self.worker_id = worker_id
         self.dsn = dsn
+        self.cancel_flag = cancel if cancel is not None else CancelFlag()
         self.logger = logging.LoggerAdapter(
             logging.getLogger(f"pgsched.task.{task.task_type}"),
             {"task_id": task.id, "tenant_id": task.tenant_id, "attempt": task.attempt},
@@ -85,6 +117,24 @@ class TaskContext:
     @property
     def tenant_id(self) -> str:
         return self.task.tenant_id
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task was asked to stop. A plain (`def`) handler checks it between
+        units of work and stops by raising (`raise_if_cancelled`); returning normally says
+        the work is done, and the task completes. An async handler is stopped for it by
+        `asyncio.CancelledError`."""
+        return self.cancel_flag.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `TaskCancelledError` if the task was asked to stop: it ends CANCELLED."""
+        if self.cancel_flag.is_set():
+            raise TaskCancelledError(f"task {self.task.id} was asked to stop")
+
+    def wait_cancelled(self, timeout: float) -> bool:
+        """Sleep up to `timeout` seconds, waking at once if the task is asked to stop;
+        returns `cancelled`. For plain handlers that wait between units of work."""
+        return self.cancel_flag.wait(timeout)
 
     @property
     def payload(self) -> Any:

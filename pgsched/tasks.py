@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -115,3 +116,32 @@ class ScheduledTask(int):
 
     def __repr__(self) -> str:
         return f"ScheduledTask({int(self)}, created={self.created})"
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What cancelling one task did. `outcome`:
+
+    - CANCELLED: it had not started; it is CANCELLED now.
+    - CANCEL_REQUESTED: it is running; its worker was told to stop it (the task ends
+      CANCELLED, or COMPLETED should the handler finish first).
+    - FAN_OUT_CANCELLED: a fan-out's unfinished tenants were cancelled; `detail` names
+      the tenants that had completed.
+    """
+
+    task_id: int
+    outcome: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class CancelCounts:
+    """What cancelling by filter did (or, for a dry run, would do): tasks cancelled at
+    once, and running tasks whose workers were asked to stop them."""
+
+    cancelled: int
+    cancel_requested: int
+
+    @property
+    def total(self) -> int:
+        return self.cancelled + self.cancel_requested

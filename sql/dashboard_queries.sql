@@ -134,6 +134,9 @@ SELECT
     t.idempotency_key,
     t.locked_by,
     t.lease_expires_at,
+    t.cancel_requested_at,
+    t.cancel_requested_by,
+    t.cancel_reason,
     t.scope,
     t.product,
     t.parent_id,
@@ -199,7 +202,13 @@ FROM pgsched.dead_retry(task_id => %(task_id)s, reason => %(reason)s) AS r (task
 SELECT pgsched.dead_discard(%(task_id)s, %(reason)s) AS task_id;
 
 -- name: dashboard_task_cancel
-SELECT pgsched.cancel_task(%(task_id)s, %(reason)s) AS task_id;
+-- The CLI's cancel, with the dashboard user as the actor (recorded with the role).
+SELECT
+    outcome,
+    detail
+FROM pgsched.cancel_task_ex(
+    task_id => %(task_id)s, reason => %(reason)s, actor => %(actor)s
+);
 
 -- name: dashboard_schedules
 SELECT

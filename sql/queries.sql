@@ -40,7 +40,28 @@ FROM pgsched.schedule_task_ex(
 ) AS s;
 
 -- name: task_cancel
-SELECT pgsched.cancel_task(%(task_id)s, %(reason)s) AS task_id;
+-- outcome: CANCELLED, CANCEL_REQUESTED (running: its worker stops it) or FAN_OUT_CANCELLED.
+SELECT
+    outcome,
+    detail
+FROM pgsched.cancel_task_ex(
+    task_id => %(task_id)s, reason => %(reason)s, actor => %(actor)s
+);
+
+-- name: task_cancel_where
+SELECT
+    cancelled,
+    cancel_requested
+FROM pgsched.cancel_tasks(
+    task_type => %(task_type)s,
+    tenant_id => %(tenant_id)s,
+    idempotency_key => %(idempotency_key)s,
+    due_from => %(due_from)s,
+    due_until => %(due_until)s,
+    reason => %(reason)s,
+    actor => %(actor)s,
+    dry_run => %(dry_run)s
+);
 
 -- name: lane_summary
 SELECT
@@ -149,6 +170,10 @@ SELECT task_id
 FROM pgsched.task_heartbeat_many(
     %(task_ids)s::bigint[], %(lease_tokens)s::uuid[], %(lease)s
 ) AS task_id;
+
+-- name: task_cancel_requested
+SELECT task_id
+FROM pgsched.task_cancel_requested(%(task_ids)s::bigint[]) AS task_id;
 
 -- name: lease_rescue_expired
 SELECT pgsched.lease_rescue_expired(%(lane)s) AS rescued;

@@ -54,39 +54,250 @@ CREATE TYPE pgsched.task_status AS ENUM (
 );
 
 --
--- Name: cancel_task(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+-- Name: cancel_actor(text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
-CREATE FUNCTION pgsched.cancel_task(task_id bigint, reason text DEFAULT 'cancelled'::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+CREATE FUNCTION pgsched.cancel_actor(actor text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE
+        WHEN nullif(btrim(actor), '') IS NULL OR actor = session_user THEN session_user::text
+        ELSE format('%s (role %s)', btrim(actor), session_user)
+    END
+$$;
+
+--
+-- Name: cancel_input_problem(text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cancel_input_problem(reason text, actor text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN length(reason) > 1000 THEN format('reason: at most 1000 characters (got %s)', length(reason))
+        WHEN length(actor) > 200 THEN format('actor: at most 200 characters (got %s)', length(actor))
+    END
+$$;
+
+--
+-- Name: cancel_task(bigint, text, timestamp with time zone, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cancel_task(task_id bigint, reason text DEFAULT 'cancelled'::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, actor text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT cancel_task.task_id
+      FROM pgsched.cancel_task_ex(cancel_task.task_id, cancel_task.reason, cancel_task.actor, cancel_task.as_of)
+$$;
+
+--
+-- Name: cancel_task_ex(bigint, text, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cancel_task_ex(task_id bigint, reason text DEFAULT 'cancelled'::text, actor text DEFAULT NULL::text, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(outcome text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    current pgsched.task_status;
+    t timestamptz := coalesce(as_of, now());
+    why text := coalesce(nullif(btrim(reason), ''), 'cancelled');
+    who text;
     problem text;
+    tk pgsched.tasks;
+    kids record;
+    asked bigint[];
+    names_limit constant integer := 20;
 BEGIN
-    SELECT pgsched.producer_tenant_problem(ARRAY[tk.tenant_id]) INTO problem
-      FROM pgsched.tasks AS tk WHERE tk.id = cancel_task.task_id;
+    problem := pgsched.cancel_input_problem(reason, actor);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    who := pgsched.cancel_actor(actor);
+    SELECT pgsched.producer_tenant_problem(ARRAY[x.tenant_id]) INTO problem
+      FROM pgsched.tasks AS x WHERE x.id = cancel_task_ex.task_id;
     IF problem IS NOT NULL THEN
         -- Say no without naming the other tenant.
         RAISE EXCEPTION 'pgsched: role % may not cancel task %: it belongs to another tenant',
-            session_user, cancel_task.task_id USING ERRCODE = 'insufficient_privilege';
+            session_user, cancel_task_ex.task_id USING ERRCODE = 'insufficient_privilege';
     END IF;
-    UPDATE pgsched.tasks AS tk
-       SET status = 'CANCELLED', status_reason = coalesce(cancel_task.reason, 'cancelled'),
-           updated_at = coalesce(cancel_task.as_of, now())
-     WHERE tk.id = cancel_task.task_id AND tk.status IN ('PENDING', 'QUEUED');
-    IF FOUND THEN
-        RETURN cancel_task.task_id;
-    END IF;
-    SELECT tk.status INTO current FROM pgsched.tasks AS tk WHERE tk.id = cancel_task.task_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pgsched: no task with id %', cancel_task.task_id
+    FOR attempt IN 1..5 LOOP
+        BEGIN
+            -- Locked: a worker's outcome (or a fan-out) waits for this decision, or this
+            -- waits for theirs and sees the row they left.
+            SELECT * INTO tk FROM pgsched.tasks AS x WHERE x.id = cancel_task_ex.task_id FOR UPDATE;
+            EXIT;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- the row moved partitions while we waited (it finished): read it again
+        END;
+    END LOOP;
+    IF tk.id IS NULL THEN
+        RAISE EXCEPTION 'pgsched: no task with id %', cancel_task_ex.task_id
             USING ERRCODE = 'no_data_found';
     END IF;
-    RAISE EXCEPTION 'pgsched: task % is % and cannot be cancelled; only a task that has not started (PENDING or QUEUED) can be',
-        cancel_task.task_id, current
+
+    IF tk.status IN ('PENDING', 'QUEUED') THEN
+        UPDATE pgsched.tasks AS x
+           SET status = 'CANCELLED', status_reason = format('cancelled by %s: %s', who, why), updated_at = t
+         WHERE x.id = tk.id AND x.status = tk.status;
+        RETURN QUERY SELECT 'CANCELLED'::text, format('cancelled by %s: %s', who, why);
+        RETURN;
+    END IF;
+
+    IF tk.status = 'PROCESSING' THEN
+        IF tk.cancel_requested_at IS NOT NULL THEN
+            RETURN QUERY SELECT 'CANCEL_REQUESTED'::text,
+                format('already requested by %s at %s: %s', tk.cancel_requested_by,
+                       tk.cancel_requested_at, tk.cancel_reason);
+            RETURN;
+        END IF;
+        PERFORM pgsched.task_request_cancel(ARRAY[tk.id], why, who, t);
+        RETURN QUERY SELECT 'CANCEL_REQUESTED'::text,
+            format('cancel requested by %s: %s; worker %s told to stop it', who, why, tk.locked_by);
+        RETURN;
+    END IF;
+
+    IF tk.status = 'COMPLETED' AND EXISTS (
+        SELECT 1 FROM pgsched.tasks AS c
+         WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+    ) THEN
+        -- A fan-out: stop what its tenants have not finished, in a stable order (id).
+        PERFORM 1 FROM pgsched.tasks AS c
+         WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+         ORDER BY c.id FOR UPDATE;
+        UPDATE pgsched.tasks AS c
+           SET status = 'CANCELLED', updated_at = t,
+               status_reason = format('cancelled by %s with its fan-out %s: %s', who, tk.id, why)
+         WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED');
+        asked := pgsched.task_request_cancel(
+            ARRAY(SELECT c.id FROM pgsched.tasks AS c WHERE c.parent_id = tk.id AND c.status = 'PROCESSING'),
+            format('with its fan-out %s: %s', tk.id, why), who, t);
+        SELECT
+            count(*) FILTER (WHERE c.status = 'COMPLETED') AS completed,
+            (array_agg(c.tenant_id ORDER BY c.tenant_id) FILTER (WHERE c.status = 'COMPLETED'))[1:names_limit]
+                AS completed_names,
+            count(*) FILTER (WHERE c.status = 'CANCELLED') AS cancelled,
+            count(*) FILTER (WHERE c.status = 'PROCESSING') AS running,
+            (array_agg(c.tenant_id ORDER BY c.tenant_id) FILTER (WHERE c.status = 'PROCESSING'))[1:names_limit]
+                AS running_names,
+            count(*) FILTER (WHERE c.status = 'FAILED') AS failed
+          INTO kids
+          FROM pgsched.tasks AS c WHERE c.parent_id = tk.id;
+        detail := format(
+            'fan-out cancelled by %s: %s; tenants completed: %s%s; cancelled: %s; running, asked to stop: %s%s; failed: %s',
+            who, why,
+            kids.completed,
+            CASE WHEN kids.completed > 0 THEN format(' (%s%s)', array_to_string(kids.completed_names, ', '),
+                 CASE WHEN kids.completed > names_limit THEN ', ...' ELSE '' END) ELSE '' END,
+            kids.cancelled,
+            kids.running,
+            CASE WHEN kids.running > 0 THEN format(' (%s%s)', array_to_string(kids.running_names, ', '),
+                 CASE WHEN kids.running > names_limit THEN ', ...' ELSE '' END) ELSE '' END,
+            kids.failed);
+        -- The parent stays COMPLETED (it did fan out); its record says what the cancel did.
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        ) VALUES (tk.id, tk.tenant_id, tk.task_type, tk.status, tk.status, t, tk.next_run_at,
+                  tk.attempts, tk.locked_by, detail);
+        RETURN QUERY SELECT 'FAN_OUT_CANCELLED'::text, detail;
+        RETURN;
+    END IF;
+
+    RAISE EXCEPTION 'pgsched: task % is % and cannot be cancelled: it has finished', tk.id, tk.status
         USING ERRCODE = 'object_not_in_prerequisite_state';
+END;
+$$;
+
+--
+-- Name: cancel_tasks(text, text, text, timestamp with time zone, timestamp with time zone, text, text, boolean, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cancel_tasks(task_type text DEFAULT NULL::text, tenant_id text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, due_from timestamp with time zone DEFAULT NULL::timestamp with time zone, due_until timestamp with time zone DEFAULT NULL::timestamp with time zone, reason text DEFAULT 'cancelled'::text, actor text DEFAULT NULL::text, dry_run boolean DEFAULT false, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(cancelled bigint, cancel_requested bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    why text := coalesce(nullif(btrim(reason), ''), 'cancelled');
+    who text;
+    problem text;
+    every_tenant boolean := pgsched.login_acts_for_all_tenants();
+    idle bigint[];
+    busy bigint[];
+    n_cancelled bigint;
+BEGIN
+    problem := CASE
+        WHEN num_nonnulls(cancel_tasks.task_type, cancel_tasks.tenant_id, cancel_tasks.idempotency_key,
+                          cancel_tasks.due_from, cancel_tasks.due_until) = 0
+            THEN 'cancel_tasks needs at least one filter: task_type, tenant_id, idempotency_key, due_from or due_until'
+        WHEN cancel_tasks.task_type = '' THEN 'task_type: must not be empty'
+        WHEN cancel_tasks.tenant_id = '' THEN 'tenant_id: must not be empty'
+        WHEN cancel_tasks.idempotency_key = '' THEN 'idempotency_key: must not be empty'
+        WHEN NOT isfinite(cancel_tasks.due_from) THEN 'due_from: must be a finite time'
+        WHEN NOT isfinite(cancel_tasks.due_until) THEN 'due_until: must be a finite time'
+        WHEN cancel_tasks.due_from >= cancel_tasks.due_until
+            THEN format('due_from (%s) must be before due_until (%s)', cancel_tasks.due_from, cancel_tasks.due_until)
+        ELSE pgsched.cancel_input_problem(reason, actor)
+    END;
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT every_tenant THEN
+        problem := pgsched.producer_tenant_problem(ARRAY[coalesce(cancel_tasks.tenant_id, 'default')]);
+        IF problem IS NOT NULL AND (
+            cancel_tasks.tenant_id IS NOT NULL
+            OR NOT EXISTS (SELECT 1 FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user)
+        ) THEN
+            RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+    who := pgsched.cancel_actor(actor);
+
+    -- Matched without locks (a dry run, the count a confirmation shows, must not hold up
+    -- the workers), then locked by id and status for the real run.
+    SELECT coalesce(array_agg(tk.id) FILTER (WHERE tk.status <> 'PROCESSING'), '{}'),
+           coalesce(array_agg(tk.id) FILTER (WHERE tk.status = 'PROCESSING' AND tk.cancel_requested_at IS NULL), '{}')
+      INTO idle, busy
+      FROM pgsched.tasks AS tk
+     WHERE tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+       AND (cancel_tasks.task_type IS NULL OR tk.task_type = cancel_tasks.task_type)
+       AND (cancel_tasks.tenant_id IS NULL OR tk.tenant_id = cancel_tasks.tenant_id)
+       AND (cancel_tasks.idempotency_key IS NULL OR tk.idempotency_key = cancel_tasks.idempotency_key)
+       AND (cancel_tasks.due_from IS NULL OR tk.next_run_at >= cancel_tasks.due_from)
+       AND (cancel_tasks.due_until IS NULL OR tk.next_run_at < cancel_tasks.due_until)
+       AND (every_tenant OR tk.tenant_id IN (
+            SELECT b.tenant_id FROM pgsched.producer_tenants AS b WHERE b.role_name = session_user));
+    IF coalesce(dry_run, FALSE) THEN
+        RETURN QUERY SELECT cardinality(idle)::bigint, cardinality(busy)::bigint;
+        RETURN;
+    END IF;
+
+    FOR attempt IN 1..5 LOOP
+        BEGIN
+            WITH locked AS (
+                SELECT tk.id, tk.status
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.id = ANY(idle || busy) AND tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+                 ORDER BY tk.id
+                   FOR UPDATE OF tk
+            )
+            -- A task claimed since it was matched is asked to stop; one finished is left alone.
+            SELECT coalesce(array_agg(l.id) FILTER (WHERE l.status <> 'PROCESSING'), '{}'),
+                   coalesce(array_agg(l.id) FILTER (WHERE l.status = 'PROCESSING'), '{}')
+              INTO idle, busy
+              FROM locked AS l;
+            EXIT;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- a row moved partitions while we waited for it: lock again
+        END;
+    END LOOP;
+
+    UPDATE pgsched.tasks AS tk
+       SET status = 'CANCELLED', status_reason = format('cancelled by %s: %s', who, why), updated_at = t
+     WHERE tk.id = ANY(idle) AND tk.status IN ('PENDING', 'QUEUED');
+    GET DIAGNOSTICS n_cancelled = ROW_COUNT;
+    RETURN QUERY SELECT n_cancelled, cardinality(pgsched.task_request_cancel(busy, why, who, t))::bigint;
 END;
 $$;
 
@@ -416,16 +627,23 @@ BEGIN
             moved AS (
                 UPDATE pgsched.tasks AS tk
                    SET status = CASE
+                           WHEN tk.cancel_requested_at IS NOT NULL THEN 'CANCELLED'::pgsched.task_status
                            WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
                            ELSE pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
                        END,
                        status_reason = CASE
+                           WHEN tk.cancel_requested_at IS NOT NULL
+                               THEN format('cancelled by %s: %s; worker lost (lease expired) before it stopped',
+                                           tk.cancel_requested_by, tk.cancel_reason)
                            WHEN tk.attempts >= tk.max_attempts
                                THEN format('worker lost: lease expired, attempts exhausted (%s of %s)',
                                            tk.attempts, tk.max_attempts)
                            ELSE 'worker lost: lease expired; queued again'
                        END,
-                       last_error = CASE WHEN tk.attempts >= tk.max_attempts THEN 'worker lost' ELSE tk.last_error END,
+                       last_error = CASE
+                           WHEN tk.cancel_requested_at IS NULL AND tk.attempts >= tk.max_attempts THEN 'worker lost'
+                           ELSE tk.last_error
+                       END,
                        lease_token = NULL,
                        lease_expires_at = NULL,
                        updated_at = t
@@ -1140,6 +1358,21 @@ CREATE FUNCTION pgsched.system_identifier() RETURNS text
 $$;
 
 --
+-- Name: task_cancel_requested(bigint[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_cancel_requested(task_ids bigint[]) RETURNS SETOF bigint
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT tk.id
+      FROM pgsched.tasks AS tk
+     WHERE tk.status = 'PROCESSING'
+       AND tk.id = ANY(task_cancel_requested.task_ids)
+       AND tk.cancel_requested_at IS NOT NULL
+$$;
+
+--
 -- Name: task_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
 --
 
@@ -1182,6 +1415,9 @@ CREATE TABLE pgsched.tasks (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     schedule_id bigint,
+    cancel_requested_at timestamp with time zone,
+    cancel_requested_by text,
+    cancel_reason text,
     CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
     CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
     CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
@@ -1332,9 +1568,18 @@ DECLARE
     applied boolean;
 BEGIN
     SELECT * INTO p FROM pgsched.tasks AS tk
-     WHERE tk.id = task_fan_out.task_id AND tk.status = 'PROCESSING' AND tk.lease_token = task_fan_out.lease_token;
+     WHERE tk.id = task_fan_out.task_id AND tk.status = 'PROCESSING' AND tk.lease_token = task_fan_out.lease_token
+       FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
+    END IF;
+    -- Locked: a cancel either came first (no tenant is started) or waits for the children
+    -- to exist and cancels them.
+    IF p.cancel_requested_at IS NOT NULL THEN
+        PERFORM pgsched.task_finish_many(
+            ARRAY[p.id], ARRAY[p.lease_token], ARRAY['CANCELLED'], ARRAY['stopped before fanning out'],
+            NULL, as_of);
+        RETURN 0;
     END IF;
     SELECT coalesce(array_agg(t.tenant_id ORDER BY t.tenant_id), '{}') INTO tenant_list
       FROM pgsched.tenants AS t
@@ -1390,10 +1635,10 @@ BEGIN
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     SELECT u.outcome INTO bad
       FROM unnest(outcomes) AS u(outcome)
-     WHERE u.outcome IS NULL OR u.outcome NOT IN ('COMPLETED', 'RETRY', 'FAILED', 'RELEASED')
+     WHERE u.outcome IS NULL OR u.outcome NOT IN ('COMPLETED', 'RETRY', 'FAILED', 'RELEASED', 'CANCELLED')
      LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED or RELEASED)', bad
+        RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED, RELEASED or CANCELLED)', bad
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
@@ -1401,25 +1646,41 @@ BEGIN
         UPDATE pgsched.tasks AS tk
            SET status = (CASE
                    WHEN u.outcome = 'COMPLETED' THEN 'COMPLETED'::pgsched.task_status
+                   WHEN tk.cancel_requested_at IS NOT NULL THEN 'CANCELLED'::pgsched.task_status
                    WHEN u.outcome = 'FAILED' THEN 'FAILED'::pgsched.task_status
                    WHEN u.outcome = 'RELEASED'
                        THEN pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
+                   -- CANCELLED with no request (not a report this worker makes): a failed attempt.
                    WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
                    ELSE pgsched.tier_status(
                        pgsched.tier_of(t + coalesce(u.delay, '0'), h.immediate_until, h.hot_until))
                END),
-               attempts = CASE WHEN u.outcome = 'RELEASED' THEN tk.attempts - 1 ELSE tk.attempts END,
+               attempts = CASE
+                   WHEN u.outcome = 'RELEASED' AND tk.cancel_requested_at IS NULL THEN tk.attempts - 1
+                   ELSE tk.attempts
+               END,
                next_run_at = CASE
-                   WHEN u.outcome = 'RETRY' AND tk.attempts < tk.max_attempts
+                   WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.cancel_requested_at IS NULL
+                        AND tk.attempts < tk.max_attempts
                        THEN t + coalesce(u.delay, '0')
                    ELSE tk.next_run_at
                END,
-               last_error = CASE WHEN u.outcome IN ('RETRY', 'FAILED') THEN u.error ELSE tk.last_error END,
+               last_error = CASE
+                   WHEN u.outcome IN ('RETRY', 'FAILED', 'CANCELLED') THEN u.error
+                   ELSE tk.last_error
+               END,
                status_reason = CASE
+                   WHEN u.outcome = 'COMPLETED' AND tk.cancel_requested_at IS NOT NULL
+                       THEN format('completed: the handler finished before the cancel requested by %s (%s) took effect',
+                                   tk.cancel_requested_by, tk.cancel_reason)
+                            || coalesce('; ' || u.error, '')
+                   WHEN u.outcome = 'COMPLETED' THEN u.error
+                   WHEN tk.cancel_requested_at IS NOT NULL
+                       THEN format('cancelled by %s: %s; %s', tk.cancel_requested_by, tk.cancel_reason,
+                                   coalesce(split_part(u.error, E'\n', 1), lower(u.outcome)))
                    WHEN u.outcome = 'RELEASED' THEN coalesce(u.error, 'released unfinished at worker shutdown')
-                   WHEN u.outcome = 'RETRY' AND tk.attempts >= tk.max_attempts
+                   WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.attempts >= tk.max_attempts
                        THEN format('attempts exhausted (%s of %s): %s', tk.attempts, tk.max_attempts, u.error)
-                   WHEN u.outcome IN ('RETRY', 'FAILED') THEN u.error
                    ELSE u.error
                END,
                lease_token = NULL,
@@ -1712,7 +1973,9 @@ DECLARE
 BEGIN
     -- An aggregate, not LIMIT 1: with a LIMIT the planner bets on finding a bad row early
     -- and nests the loops, which costs n^2 when (as always) there is none.
-    SELECT min(o.id) FILTER (WHERE NOT pgsched.transition_is_legal(o.status, n.status))
+    SELECT min(o.id) FILTER (WHERE NOT (
+               pgsched.transition_is_legal(o.status, n.status)
+               OR (o.status = 'PROCESSING' AND n.status = 'CANCELLED' AND o.cancel_requested_at IS NOT NULL)))
       INTO bad_id
       FROM old_rows o
       JOIN new_rows n ON n.id = o.id
@@ -1724,7 +1987,9 @@ BEGIN
         RAISE EXCEPTION 'pgsched: illegal transition % -> % for task %',
             bad.from_status, bad.to_status, bad_id
             USING ERRCODE = 'check_violation',
-                  HINT = 'See the state diagram in the README for the legal transitions.';
+                  HINT = CASE WHEN bad.from_status = 'PROCESSING' AND bad.to_status = 'CANCELLED'
+                      THEN 'A running task is cancelled with pgsched.cancel_task: its worker stops it.'
+                      ELSE 'See the state diagram in the README for the legal transitions.' END;
     END IF;
 
     INSERT INTO pgsched.task_events (
@@ -1763,6 +2028,45 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN NULL;
+END;
+$$;
+
+--
+-- Name: task_request_cancel(bigint[], text, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.task_request_cancel(task_ids bigint[], reason text, actor text, t timestamp with time zone) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    asked bigint[];
+BEGIN
+    WITH marked AS (
+        UPDATE pgsched.tasks AS tk
+           SET cancel_requested_at = task_request_cancel.t,
+               cancel_requested_by = task_request_cancel.actor,
+               cancel_reason = task_request_cancel.reason
+         WHERE tk.id = ANY(task_request_cancel.task_ids)
+           AND tk.status = 'PROCESSING'
+           AND tk.cancel_requested_at IS NULL
+        RETURNING tk.id, tk.tenant_id, tk.task_type, tk.next_run_at, tk.attempts, tk.locked_by
+    ),
+    recorded AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT m.id, m.tenant_id, m.task_type, 'PROCESSING', 'PROCESSING', task_request_cancel.t,
+               m.next_run_at, m.attempts, m.locked_by,
+               format('cancel requested by %s: %s; worker %s told to stop it',
+                      task_request_cancel.actor, task_request_cancel.reason, m.locked_by)
+          FROM marked AS m
+        RETURNING task_id
+    )
+    SELECT coalesce(array_agg(r.task_id), '{}') INTO asked FROM recorded AS r;
+    -- Delivered at commit; the worker's heartbeat thread asks every second in case not.
+    PERFORM pg_notify('pgsched_cancel', a::text) FROM unnest(asked) AS a;
+    RETURN asked;
 END;
 $$;
 
@@ -2445,6 +2749,9 @@ CREATE TABLE pgsched.tasks_cold (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     schedule_id bigint,
+    cancel_requested_at timestamp with time zone,
+    cancel_requested_by text,
+    cancel_reason text,
     CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
     CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
     CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
@@ -2485,6 +2792,9 @@ CREATE TABLE pgsched.tasks_done (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     schedule_id bigint,
+    cancel_requested_at timestamp with time zone,
+    cancel_requested_by text,
+    cancel_reason text,
     CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
     CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
     CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
@@ -2525,6 +2835,9 @@ CREATE TABLE pgsched.tasks_hot (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     schedule_id bigint,
+    cancel_requested_at timestamp with time zone,
+    cancel_requested_by text,
+    cancel_reason text,
     CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
     CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
     CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
@@ -2844,13 +3157,45 @@ GRANT USAGE ON SCHEMA pgsched TO pgsched_worker;
 GRANT USAGE ON SCHEMA pgsched TO pgsched_admin;
 
 --
--- Name: FUNCTION cancel_task(task_id bigint, reason text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+-- Name: FUNCTION cancel_actor(actor text); Type: ACL; Schema: pgsched; Owner: -
 --
 
-REVOKE ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_producer;
-GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_worker;
-GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.cancel_actor(actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cancel_actor(actor text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION cancel_input_problem(reason text, actor text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cancel_input_problem(reason text, actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cancel_input_problem(reason text, actor text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION cancel_task(task_id bigint, reason text, as_of timestamp with time zone, actor text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone, actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone, actor text) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone, actor text) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone, actor text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION cancel_task_ex(task_id bigint, reason text, actor text, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cancel_task_ex(task_id bigint, reason text, actor text, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cancel_task_ex(task_id bigint, reason text, actor text, as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.cancel_task_ex(task_id bigint, reason text, actor text, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.cancel_task_ex(task_id bigint, reason text, actor text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION cancel_tasks(task_type text, tenant_id text, idempotency_key text, due_from timestamp with time zone, due_until timestamp with time zone, reason text, actor text, dry_run boolean, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cancel_tasks(task_type text, tenant_id text, idempotency_key text, due_from timestamp with time zone, due_until timestamp with time zone, reason text, actor text, dry_run boolean, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.cancel_tasks(task_type text, tenant_id text, idempotency_key text, due_from timestamp with time zone, due_until timestamp with time zone, reason text, actor text, dry_run boolean, as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.cancel_tasks(task_type text, tenant_id text, idempotency_key text, due_from timestamp with time zone, due_until timestamp with time zone, reason text, actor text, dry_run boolean, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.cancel_tasks(task_type text, tenant_id text, idempotency_key text, due_from timestamp with time zone, due_until timestamp with time zone, reason text, actor text, dry_run boolean, as_of timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]); Type: ACL; Schema: pgsched; Owner: -
@@ -3086,6 +3431,14 @@ GRANT ALL ON FUNCTION pgsched.system_identifier() TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.system_identifier() TO pgsched_admin;
 
 --
+-- Name: FUNCTION task_cancel_requested(task_ids bigint[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_cancel_requested(task_ids bigint[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_cancel_requested(task_ids bigint[]) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.task_cancel_requested(task_ids bigint[]) TO pgsched_admin;
+
+--
 -- Name: SEQUENCE task_id_seq; Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -3192,6 +3545,13 @@ GRANT ALL ON FUNCTION pgsched.task_record_transitions() TO pgsched_admin;
 REVOKE ALL ON FUNCTION pgsched.task_refuse_bad_due_times() FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.task_refuse_bad_due_times() TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.task_refuse_bad_due_times() TO pgsched_admin;
+
+--
+-- Name: FUNCTION task_request_cancel(task_ids bigint[], reason text, actor text, t timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.task_request_cancel(task_ids bigint[], reason text, actor text, t timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.task_request_cancel(task_ids bigint[], reason text, actor text, t timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION task_wake_overdue(older_than interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -

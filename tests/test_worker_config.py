@@ -33,6 +33,8 @@ REFUSED = [
     ({"poll_interval": 0.0}, "--poll-interval must be more than 0 seconds (got 0)"),
     ({"poll_interval": math.nan}, "--poll-interval must be a finite number of seconds (got nan)"),
     ({"grace_seconds": -1.0}, "--grace must be at least 0 seconds (got -1)"),
+    ({"cancel_grace_seconds": -1.0}, "--cancel-grace must be at least 0 seconds (got -1)"),
+    ({"cancel_grace_seconds": math.inf}, "--cancel-grace must be a finite number of seconds"),
     ({"batch_rate": -5.0}, "--batch-rate must be a positive number of tasks per second (got -5.0)"),
     ({"batch_rate": math.inf}, "--batch-rate must be a positive number of tasks per second"),
     ({"flush_interval": 0.0}, "flush_interval must be more than 0 seconds (got 0)"),
@@ -77,6 +79,7 @@ def test_defaults_are_accepted() -> None:
         (["--poll-interval", "0"], "--poll-interval must be more than 0 seconds (got 0)"),
         (["--batch-rate", "-1"], "--batch-rate must be a positive number of tasks per second"),
         (["--max-stuck-threads", "-2"], "--max-stuck-threads must be at least 0 (got -2)"),
+        (["--cancel-grace", "-1"], "--cancel-grace must be at least 0 seconds (got -1)"),
     ],
 )
 def test_the_worker_command_refuses_bad_options_without_a_traceback(

@@ -240,6 +240,14 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     help="Seconds running tasks get to finish after SIGTERM.",
 )
 @click.option(
+    "--cancel-grace",
+    "cancel_grace_seconds",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds a plain handler asked to stop (ctx.cancelled) gets before it is abandoned.",
+)
+@click.option(
     "--batch-concurrency", type=int, default=4, show_default=True, help="BATCH tasks at once."
 )
 @click.option(
@@ -289,6 +297,7 @@ def worker(
     lease_seconds: float,
     poll_interval: float,
     grace_seconds: float,
+    cancel_grace_seconds: float,
     batch_concurrency: int,
     batch_rate: float,
     worker_id: str | None,
@@ -323,6 +332,7 @@ def worker(
         lease_seconds=lease_seconds,
         poll_interval=poll_interval,
         grace_seconds=grace_seconds,
+        cancel_grace_seconds=cancel_grace_seconds,
         batch_concurrency=batch_concurrency,
         # 0 lifts the limit; a negative rate is refused by the configuration.
         batch_rate=batch_rate if batch_rate != 0 else None,

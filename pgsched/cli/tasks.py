@@ -192,15 +192,80 @@ def schedule(
 
 
 @click.command()
-@click.argument("task_id", type=int)
+@click.argument("task_id", type=int, required=False)
 @click.option(
     "--reason", default="cancelled by operator", show_default=True, help="Recorded with it."
 )
+@click.option("--type", "task_type", default=None, help="Filter: every task of this type.")
+@click.option("--tenant", default=None, help="Filter: every task of this tenant.")
+@click.option("--key", "idempotency_key", default=None, help="Filter: this idempotency key.")
+@click.option("--due-from", default=None, help="Filter: due at or after (now, -2h, ISO 8601).")
+@click.option("--due-until", default=None, help="Filter: due before (now, +1d, ISO 8601).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (filters).")
 @click.pass_obj
-def cancel(state: CliState, task_id: int, reason: str) -> None:
-    """Cancel a task that has not started."""
-    App(state.database()).cancel(task_id, reason)
-    click.echo(f"cancelled {task_id}")
+def cancel(
+    state: CliState,
+    task_id: int | None,
+    reason: str,
+    task_type: str | None,
+    tenant: str | None,
+    idempotency_key: str | None,
+    due_from: str | None,
+    due_until: str | None,
+    yes: bool,
+) -> None:
+    """Cancel task ID, or every unfinished task matching the filters (after showing how
+    many and asking). A task not started is cancelled at once; a running one is stopped by
+    its worker (an async handler gets CancelledError, a plain one sees ctx.cancelled)."""
+    filters = {"--type": task_type, "--tenant": tenant, "--key": idempotency_key}
+    filters |= {"--due-from": due_from, "--due-until": due_until}
+    given = [name for name, value in filters.items() if value is not None]
+    if task_id is not None and given:
+        raise click.UsageError(f"give a task ID or filters ({', '.join(given)}), not both")
+    if task_id is None and not given:
+        raise click.UsageError(
+            "give a task ID, or at least one filter: --type, --tenant, --key, --due-from, "
+            "--due-until"
+        )
+    app = App(state.database())
+    if task_id is not None:
+        result = app.cancel(task_id, reason)
+        if result.outcome == "CANCELLED":
+            click.echo(f"cancelled {task_id}")
+        elif result.outcome == "CANCEL_REQUESTED":
+            click.echo(f"task {task_id} is running: {result.detail}")
+        else:
+            click.echo(f"task {task_id}: {result.detail}")
+        return
+    times = {
+        option: parse_time(text, None, option=option).moment or datetime.now(UTC)
+        for option, text in (("--due-from", due_from), ("--due-until", due_until))
+        if text is not None
+    }
+    where: dict[str, Any] = {
+        "task_type": task_type,
+        "tenant_id": tenant,
+        "idempotency_key": idempotency_key,
+        "due_from": times.get("--due-from"),
+        "due_until": times.get("--due-until"),
+        "reason": reason,
+    }
+    # Counted first (nothing changes; bad filters are refused here, exit 2).
+    counted = app.cancel_where(**where, dry_run=True)
+    if counted.total == 0:
+        click.echo("no unfinished task matches; nothing cancelled")
+        return
+    click.echo(
+        f"{counted.total} unfinished task(s) match: {counted.cancelled} not started "
+        f"(cancelled at once), {counted.cancel_requested} running (their workers stop them)"
+    )
+    if not yes:
+        click.confirm(f"cancel these {counted.total} task(s)?", abort=True)
+    done = app.cancel_where(**where)
+    click.echo(
+        f"cancelled {done.cancelled}; asked the workers of {done.cancel_requested} running "
+        "task(s) to stop them"
+    )
 
 
 @click.command()

@@ -329,7 +329,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         try:
             await write(
                 "dashboard_task_cancel",
-                [{"task_id": task_id, "reason": f"{reason} (by {actor_of(request)})"}],
+                [{"task_id": task_id, "reason": reason, "actor": actor_of(request)}],
             )
         except psycopg.Error as exc:
             return _refused(request, render, exc, f"/tasks/{task_id}")

@@ -35,7 +35,7 @@ from pgsched.queries import query
 
 # What a written outcome counts as (`pgsched_task_outcomes_total{outcome}`); each attempt
 # that ends is counted once, under exactly one of these.
-OUTCOMES = ("completed", "retried", "dead", "failed", "lease_lost", "released")
+OUTCOMES = ("completed", "retried", "dead", "failed", "lease_lost", "released", "cancelled")
 
 # Seconds. Lateness of a healthy lane is milliseconds; of a starved one, minutes to hours.
 LATENESS_BUCKETS = (
@@ -62,6 +62,8 @@ def _outcome_of(status: str, task: TaskRow | None) -> str:
         return "completed"
     if status == "RELEASED":
         return "released"
+    if status == "CANCELLED":
+        return "cancelled"  # asked to stop (pgsched cancel) and stopped
     if status == "RETRY":
         # The database's own rule: a failed attempt with none left goes to the DEAD lane.
         if task is not None and task.attempt >= task.max_attempts:
@@ -93,7 +95,7 @@ class WorkerMetrics:
             "pgsched_task_outcomes",
             "Attempts ended, by outcome: completed, retried, dead (no attempts left), failed "
             "(refused outright: DEAD at once), lease_lost (report not applied), released "
-            "(given back at shutdown).",
+            "(given back at shutdown), cancelled (asked to stop, and stopped).",
             [*labels, "outcome"],
             registry=registry,
         )

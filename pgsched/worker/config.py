@@ -24,6 +24,7 @@ OPTION_NAMES = {
     "lease_seconds": "--lease",
     "poll_interval": "--poll-interval",
     "grace_seconds": "--grace",
+    "cancel_grace_seconds": "--cancel-grace",
     "batch_concurrency": "--batch-concurrency",
     "batch_rate": "--batch-rate",
     "rescue_interval": "rescue_interval",
@@ -56,6 +57,9 @@ class WorkerConfig:
     # Backup poll: bounds lateness when a notification is lost. Jittered by +/-25%.
     poll_interval: float = 2.0
     grace_seconds: float = 30.0
+    # A plain handler asked to stop (ctx.cancelled) has this long to return before its
+    # attempt is abandoned (CANCELLED) and its thread counted as stuck.
+    cancel_grace_seconds: float = 10.0
     flush_size: int = 500
     flush_interval: float = 0.005
     # BATCH is bulk fan-out: deliberately slow unless told otherwise.
@@ -93,6 +97,7 @@ class WorkerConfig:
         require_seconds(names["lease_seconds"], self.lease_seconds, minimum=1.0, zero_ok=True)
         require_seconds(names["poll_interval"], self.poll_interval)
         require_seconds(names["grace_seconds"], self.grace_seconds, zero_ok=True)
+        require_seconds(names["cancel_grace_seconds"], self.cancel_grace_seconds, zero_ok=True)
         require_seconds(names["flush_interval"], self.flush_interval)
         require_seconds(names["rescue_interval"], self.rescue_interval)
         require_seconds(names["stall_threshold"], self.stall_threshold)

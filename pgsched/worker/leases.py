@@ -12,12 +12,17 @@ A lease that cannot be renewed two rounds in a row is lost (the task was rescued
 belongs to another worker, or finished elsewhere): it is dropped at once, never renewed
 again, and `on_lost` is told (the worker cancels the task's handler). One missed round
 alone proves nothing: the renewal skips a row its own outcome write holds locked.
+
+Every second, between beats, it also asks which of its tasks were asked to stop
+(`task_cancel_requested`, a read) and tells `on_cancel` of each once: the backstop for a
+cancel notification the listener missed (pgsched/worker/cancels.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -31,10 +36,18 @@ log = logging.getLogger("pgsched.worker.leases")
 
 LOST_AFTER_MISSED_ROUNDS = 2
 
+# How often the held tasks are checked for cancel requests: a cancel takes effect within
+# about this long even when its notification is lost.
+CANCEL_CHECK_SECONDS = 1.0
+
 
 class LeaseKeeper(threading.Thread):
     def __init__(
-        self, dsn: str, lease_seconds: float, on_lost: Callable[[int], object] | None = None
+        self,
+        dsn: str,
+        lease_seconds: float,
+        on_lost: Callable[[int], object] | None = None,
+        on_cancel: Callable[[int], object] | None = None,
     ) -> None:
         super().__init__(name="pgsched-heartbeat", daemon=True)
         self._dsn = dsn
@@ -43,6 +56,8 @@ class LeaseKeeper(threading.Thread):
         self._held: dict[int, Any] = {}
         self._missed: dict[int, int] = {}
         self._on_lost = on_lost
+        self._on_cancel = on_cancel
+        self._cancel_told: set[int] = set()
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
@@ -55,6 +70,7 @@ class LeaseKeeper(threading.Thread):
         with self._lock:
             self._held.pop(task_id, None)
             self._missed.pop(task_id, None)
+            self._cancel_told.discard(task_id)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -87,12 +103,37 @@ class LeaseKeeper(threading.Thread):
             self._conn = None
             return self._connection().execute(query("task_heartbeat_many"), params).fetchall()
 
+    def _check_cancels(self, held: dict[int, Any]) -> None:
+        try:
+            rows = (
+                self._connection()
+                .execute(query("task_cancel_requested"), {"task_ids": list(held)})
+                .fetchall()
+            )
+        except psycopg.Error as exc:
+            log.info("cancel check failed (%s); the next beat reconnects", exc)
+            return
+        with self._lock:
+            told = [row[0] for row in rows if row[0] in self._held]
+            told = [task_id for task_id in told if task_id not in self._cancel_told]
+            self._cancel_told.update(told)
+        for task_id in told:
+            assert self._on_cancel is not None
+            self._on_cancel(task_id)
+
     def run(self) -> None:
-        while not self._stop_event.wait(self._interval):
+        next_beat = time.monotonic() + self._interval
+        wake_every = min(self._interval, CANCEL_CHECK_SECONDS)
+        while not self._stop_event.wait(wake_every):
             with self._lock:
                 held = dict(self._held)
             if not held:
                 continue
+            if self._on_cancel is not None:
+                self._check_cancels(held)
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + self._interval
             try:
                 rows = self._beat(held)
             except psycopg.Error as exc:

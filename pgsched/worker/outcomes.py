@@ -41,7 +41,7 @@ log = logging.getLogger("pgsched.worker.outcomes")
 class Outcome:
     task_id: int
     lease_token: Any
-    outcome: str  # COMPLETED | RETRY | FAILED | RELEASED
+    outcome: str  # COMPLETED | RETRY | FAILED | RELEASED | CANCELLED
     error: str | None = None
     retry_delay: timedelta | None = None
 

@@ -15,6 +15,7 @@ back). Every other outcome goes to the batched buffer.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import traceback
@@ -24,8 +25,13 @@ from typing import Any
 
 import psycopg
 
-from pgsched.handlers import Registration, TaskContext, TaskRow, call_step
-from pgsched.observability.logs import attempt_started, error_class, log_attempt_failed
+from pgsched.handlers import CancelFlag, Registration, TaskContext, TaskRow, call_step
+from pgsched.observability.logs import (
+    attempt_started,
+    error_class,
+    log_attempt_failed,
+    task_fields,
+)
 from pgsched.queries import query
 from pgsched.retry import RetryPolicy
 from pgsched.worker.outcomes import Outcome, finish_params
@@ -177,14 +183,27 @@ class TaskRunner:
         self._written = written
         self._connections = connections
 
-    async def run(self, task: TaskRow) -> None:
-        """Run `task` to exactly one outcome, whatever fails on the way."""
+    async def run(self, task: TaskRow, cancel: CancelFlag | None = None) -> None:
+        """Run `task` to exactly one outcome, whatever fails on the way. `cancel` is set
+        when the task is asked to stop (pgsched/worker/cancels.py)."""
         running_task.set(task)
         attempt_started.set(time.monotonic())
+        cancel = cancel if cancel is not None else CancelFlag()
         try:
-            await self._run(task)
+            await self._run(task, cancel)
         except asyncio.CancelledError:
-            raise
+            current = asyncio.current_task()
+            # Stopped because it was asked to (and nothing else, a shutdown, wants it
+            # stopped too): its outcome is CANCELLED. Any other cancellation goes on.
+            if not cancel.is_set() or current is None or current.uncancel() > 0:
+                raise
+            log.warning(
+                "%s: cancelled: %s",
+                describe_task(task),
+                cancel.ending,
+                extra=task_fields(task, outcome="cancelled"),
+            )
+            self._record(Outcome(task.id, task.lease_token, "CANCELLED", cancel.ending))
         except Exception as exc:
             # A fault outside the handler's steps (the worker's own code, a connection):
             # the task still ends in an outcome. Should one have been recorded already,
@@ -192,7 +211,7 @@ class TaskRunner:
             log.error("task %s: worker fault: %r; retrying later", task.id, exc, exc_info=exc)
             self._record(retry_outcome(task, RetryPolicy(), "worker fault: " + describe(exc)))
 
-    async def _run(self, task: TaskRow) -> None:
+    async def _run(self, task: TaskRow, cancel: CancelFlag) -> None:
         if task.scope != "tenant":
             await self._fan_out(task)
             return
@@ -215,12 +234,14 @@ class TaskRunner:
             self._record(retry_outcome(task, RetryPolicy(), error, "no_handler"))
             return
         if not registration.transactional:
-            ctx = TaskContext(task, self._worker_id, dsn=self._dsn)
+            ctx = TaskContext(task, self._worker_id, dsn=self._dsn, cancel=cancel)
             self._record(await self._lifecycle(registration, ctx))
             return
-        await self._run_transactional(registration, task)
+        await self._run_transactional(registration, task, cancel)
 
-    async def _run_transactional(self, registration: Registration, task: TaskRow) -> None:
+    async def _run_transactional(
+        self, registration: Registration, task: TaskRow, cancel: CancelFlag
+    ) -> None:
         try:
             conn = await self._connections.acquire(registration.is_async, task.tenant_id)
         except Exception as exc:
@@ -230,7 +251,7 @@ class TaskRunner:
             return
         committed = False
         try:
-            ctx = TaskContext(task, self._worker_id, conn, dsn=self._dsn)
+            ctx = TaskContext(task, self._worker_id, conn, dsn=self._dsn, cancel=cancel)
             outcome = await self._lifecycle(registration, ctx)
             if outcome.outcome == "COMPLETED":
                 committed = await self._complete_in(conn, registration, task, outcome)
@@ -291,15 +312,25 @@ class TaskRunner:
             self._record(Outcome(outcome.task_id, outcome.lease_token, "COMPLETED"))
         return applied
 
+    async def _step(self, step: Callable[[TaskContext], Any], ctx: TaskContext) -> Any:
+        # Where the step runs decides how a cancel stops it (pgsched/worker/cancels.py).
+        ctx.cancel_flag.in_thread = not inspect.iscoroutinefunction(step)
+        try:
+            return await call_step(step, ctx, self._executor)
+        finally:
+            ctx.cancel_flag.in_thread = False
+
     async def _lifecycle(self, registration: Registration, ctx: TaskContext) -> Outcome:
         task = ctx.task
         validate = registration.step("validate")
         if validate is not None:
             try:
-                await call_step(validate, ctx, self._executor)
+                await self._step(validate, ctx)
             except asyncio.CancelledError:
                 raise
             except HandlerFault as exc:
+                if ctx.cancelled:
+                    return self._stopped(ctx, exc)
                 error = "validate refused: " + describe(exc)
                 log_attempt_failed(task, "FAILED", error, "validate_refused", None, repr(exc))
                 return Outcome(task.id, task.lease_token, "FAILED", error)
@@ -307,25 +338,26 @@ class TaskRunner:
         try:
             before = registration.step("before_execute")
             if before is not None:
-                await call_step(before, ctx, self._executor)
+                await self._step(before, ctx)
             execute = registration.step("execute")
             assert execute is not None
             async with asyncio.timeout(registration.timeout) as deadline:
-                await call_step(execute, ctx, self._executor)
+                await self._step(execute, ctx)
         except asyncio.CancelledError:
             raise
-        except TimeoutError as exc:
-            if deadline is not None and deadline.expired():
+        except HandlerFault as exc:
+            if ctx.cancelled:
+                # Asked to stop, it stopped by raising (ctx.raise_if_cancelled, or any
+                # error): the attempt is cancelled, not failed.
+                return self._stopped(ctx, exc)
+            if isinstance(exc, TimeoutError) and deadline is not None and deadline.expired():
                 error = f"timed out after {registration.timeout}s"
                 return retry_outcome(task, registration.retry, error, "timeout")
-            # The handler's own TimeoutError (a client library's): an ordinary failure.
+            # Any other error (a client library's own TimeoutError too): a failed attempt.
             return retry_outcome(
                 task, registration.retry, describe(exc), error_class(exc), repr(exc)
             )
-        except HandlerFault as exc:
-            return retry_outcome(
-                task, registration.retry, describe(exc), error_class(exc), repr(exc)
-            )
+        ctx.cancel_flag.work_done = True
         if task.idempotency_key is not None and not registration.transactional:
             # Before the (batched) completion: a worker dying now leaves a ledger entry,
             # and the retry becomes a recorded no-op instead of a second effect.
@@ -336,7 +368,7 @@ class TaskRunner:
         after = registration.step("after_execute")
         if after is not None:
             try:
-                await call_step(after, ctx, self._executor)
+                await self._step(after, ctx)
             except asyncio.CancelledError:
                 raise
             except HandlerFault as exc:
@@ -345,4 +377,27 @@ class TaskRunner:
                 )
                 error = "after_execute failed: " + describe(exc)
                 return Outcome(task.id, task.lease_token, "COMPLETED", error)
+        if ctx.cancelled:
+            log.info(
+                "%s: asked to stop, but its handler finished first: it completes",
+                describe_task(task),
+                extra=task_fields(task, outcome="completed_before_cancel"),
+            )
         return Outcome(task.id, task.lease_token, "COMPLETED")
+
+    def _stopped(self, ctx: TaskContext, exc: BaseException) -> Outcome:
+        """The outcome of a handler that raised after its task was asked to stop."""
+        task = ctx.task
+        current = asyncio.current_task()
+        if ctx.cancel_flag.task_cancelled and current is not None:
+            # An async handler turned our CancelledError into an error of its own: the
+            # cancellation was delivered, so it is no longer pending on this task.
+            current.uncancel()
+        ending = f"the handler stopped: {type(exc).__name__}: {exc}"
+        log.warning(
+            "%s: cancelled: %s",
+            describe_task(task),
+            ending,
+            extra=task_fields(task, outcome="cancelled"),
+        )
+        return Outcome(task.id, task.lease_token, "CANCELLED", ending)

@@ -1,5 +1,8 @@
 """LISTEN/NOTIFY wake-ups. A hint, never the truth: the lane loops also poll.
 
+The same connection hears cancel requests (`pgsched_cancel`, the task id as payload) and
+hands them to `on_cancel`; the heartbeat thread asks too, in case one is lost.
+
 One dedicated autocommit connection (TCP keepalives on) listens to the lanes' channels.
 When it drops (server restart, `pg_terminate_backend`, network) it reconnects with
 backoff, and wakes every lane once on reconnecting, since notifications sent while it was
@@ -10,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
 
 from pgsched.lanes import Lane
+from pgsched.worker.cancels import CANCEL_CHANNEL
 
 log = logging.getLogger("pgsched.worker.wakeup")
 
@@ -27,9 +32,15 @@ KEEPALIVES = {
 
 
 class Wakeups:
-    def __init__(self, dsn: str, lanes: tuple[Lane, ...]) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        lanes: tuple[Lane, ...],
+        on_cancel: Callable[[int], object] | None = None,
+    ) -> None:
         self._dsn = dsn
         self._by_channel = {lane.channel: lane for lane in lanes}
+        self._on_cancel = on_cancel
         self.events = {lane: asyncio.Event() for lane in lanes}
         self.connected = asyncio.Event()
         self.reconnects = 0
@@ -45,7 +56,10 @@ class Wakeups:
                 conninfo = psycopg.conninfo.make_conninfo(self._dsn, **KEEPALIVES)
                 conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
                 async with conn:
-                    for channel in self._by_channel:
+                    channels = [*self._by_channel]
+                    if self._on_cancel is not None:
+                        channels.append(CANCEL_CHANNEL)
+                    for channel in channels:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.connected.set()
                     self.wake_all()
@@ -54,6 +68,12 @@ class Wakeups:
                         lane = self._by_channel.get(note.channel)
                         if lane is not None:
                             self.events[lane].set()
+                        elif (
+                            note.channel == CANCEL_CHANNEL
+                            and self._on_cancel is not None
+                            and note.payload.isdigit()
+                        ):
+                            self._on_cancel(int(note.payload))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -33,6 +33,7 @@ from pgsched.queries import query
 from pgsched.recurring import arm_after_task
 from pgsched.startup import wait_for_current_schema
 from pgsched.sweeps import Sweeper, default_sweeps
+from pgsched.worker.cancels import CancelRequests
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.claims import claim_many
 from pgsched.worker.config import WorkerConfig
@@ -87,6 +88,7 @@ class Worker:
         # When each running task started (time.monotonic()): its duration on log lines.
         self._started_at: dict[int, float] = {}
         self._watchdog: LoopStallWatchdog | None = None
+        self._cancels = CancelRequests(config.cancel_grace_seconds)
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -150,10 +152,11 @@ class Worker:
             self.dsn,
             self.config.lease_seconds,
             on_lost=lambda task_id: loop.call_soon_threadsafe(self._on_lease_lost, task_id),
+            on_cancel=lambda task_id: loop.call_soon_threadsafe(self._on_cancel_requested, task_id),
         )
         await asyncio.to_thread(keeper.connect)
         keeper.start()
-        wakeups = Wakeups(self.dsn, lanes)
+        wakeups = Wakeups(self.dsn, lanes, on_cancel=self._on_cancel_requested)
         listen = asyncio.create_task(wakeups.run(), name="pgsched-listen")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wakeups.connected.wait(), 2.0)
@@ -250,7 +253,8 @@ class Worker:
         def start(task: TaskRow, done: Any) -> None:
             if task.schedule_id is not None:
                 self._recurring.add(task.id)
-            handle = asyncio.create_task(runners[task.lane].run(task))
+            cancel = self._cancels.track(task.id)
+            handle = asyncio.create_task(runners[task.lane].run(task, cancel))
             self._running[task.id] = (handle, task)
             started = self._started_at[task.id] = time.monotonic()
 
@@ -259,6 +263,7 @@ class Worker:
                 self._started_at.pop(task.id, None)
                 if self.metrics is not None:
                     self.metrics.ran(task, time.monotonic() - started)
+                self._cancels.forget(task.id)
                 done()
 
             handle.add_done_callback(finished)
@@ -457,6 +462,14 @@ class Worker:
             self.metrics.lease_lost(task)
         self._recurring.discard(task_id)
         handle.cancel()
+
+    def _on_cancel_requested(self, task_id: int) -> None:
+        """On the loop: the task was asked to stop (a notification, or the heartbeat's
+        check); if it runs here, stop it (pgsched/worker/cancels.py)."""
+        running = self._running.get(task_id)
+        if running is not None:
+            handle, task = running
+            self._cancels.request(task, handle)
 
     def _blocking_task(self, loop: asyncio.AbstractEventLoop) -> str:
         """From the watchdog's thread: the task whose coroutine holds the loop. Reads
