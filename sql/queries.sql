@@ -679,35 +679,23 @@ ORDER BY l.lane;
 -- Scheduled and not yet due, per tier. IMMEDIATE and HOT are counted in the hot partition
 -- (small by design). COLD is the planner's row estimate of the cold partition, kept
 -- current by autovacuum's ANALYZE: an exact count would read every cold row, and the cold
--- tier exists so that nothing routine does. Until the partition is first analyzed
--- (reltuples < 0) it is counted; the subquery runs only then.
-WITH horizons AS (
-    SELECT h.immediate_until FROM pgsched.tier_horizons() AS h
-)
-
+-- tier exists so that nothing routine does. Never analyzed, the estimate is -1: the caller
+-- then counts (queue_cold_count). The horizon is one value (an InitPlan), read once.
 SELECT
+    count(*) FILTER (WHERE t.next_run_at < z.immediate_until) AS immediate,
+    count(*) FILTER (WHERE t.next_run_at >= z.immediate_until) AS hot,
     (
-        SELECT count(*)
-        FROM pgsched.tasks AS t, horizons AS z
-        WHERE
-            t.status = 'QUEUED'
-            AND t.next_run_at > now()
-            AND t.next_run_at < z.immediate_until
-    ) AS immediate,
-    (
-        SELECT count(*)
-        FROM pgsched.tasks AS t, horizons AS z
-        WHERE t.status = 'QUEUED' AND t.next_run_at >= z.immediate_until
-    ) AS hot,
-    (
-        SELECT
-            CASE
-                WHEN c.reltuples >= 0 THEN c.reltuples::bigint
-                ELSE (
-                    SELECT count(*) FROM pgsched.tasks AS k
-                    WHERE k.status = 'PENDING'
-                )
-            END
+        SELECT c.reltuples::bigint
         FROM pg_catalog.pg_class AS c
         WHERE c.oid = 'pgsched.tasks_cold'::regclass
-    ) AS cold;
+    ) AS cold_estimate
+FROM pgsched.tasks AS t
+CROSS JOIN (  -- noqa: ST05
+    SELECT (SELECT h.immediate_until FROM pgsched.tier_horizons() AS h) AS immediate_until
+) AS z
+WHERE t.status = 'QUEUED' AND t.next_run_at > now();
+
+-- name: queue_cold_count
+SELECT count(*) AS cold
+FROM pgsched.tasks
+WHERE status = 'PENDING';

@@ -20,8 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from psycopg import sql as psql
 from query_plans import explain, node_values, plan_nodes, seeded_database
 from table_stats import table_stats
+
+from pgsched.queries import query
 
 if TYPE_CHECKING:
     from conftest import PgServer
@@ -315,3 +318,100 @@ def test_shipped_sweeps_read_only_the_hot_tier(backlog: psycopg.Connection, call
     plans = _shipped_plans(backlog, call)
     _assert_no_cold_or_done(plans, call)
     assert any("tasks_hot" in json.dumps(p["Plan"]) for p in plans), "nothing read the hot tier"
+
+
+# The sweeper leader's queue-depth gauges ---------------------------------------------------
+
+
+def _analyzed(conn: psycopg.Connection, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The named statement's plan with actual row counts (run, read-only)."""
+    row = conn.execute(
+        psql.SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) ") + query(name), params
+    ).fetchone()
+    assert row is not None
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return dict(plan[0])
+
+
+def _ran(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's nodes that ran at least once."""
+    return [n for n in plan_nodes(plan["Plan"]) if n.get("Actual Loops", 0) > 0]
+
+
+def test_queue_depth_per_lane_probes_the_claim_index_for_due_rows_only(
+    backlog: psycopg.Connection,
+) -> None:
+    plan = _analyzed(backlog, "queue_depth_lanes", {})
+    ran = _ran(plan)
+    text = json.dumps(plan, indent=1)
+    assert {n["Relation Name"] for n in ran if "Relation Name" in n} == {"tasks_hot"}, text
+    probes = [n for n in ran if "Index Name" in n]
+    assert {n["Index Name"] for n in probes} == {"tasks_hot_claim_idx"}, text
+    for probe in probes:
+        assert "next_run_at <= now()" in probe["Index Cond"], probe
+    assert not [n for n in ran if n["Node Type"] == "Seq Scan"], text
+    # It reads the due entries (about a hundred, plus the index entries of rows since
+    # claimed that vacuum has not removed yet), never the work due later in the day.
+    due, queued = backlog.execute(
+        "SELECT count(*) FILTER (WHERE next_run_at <= now()), count(*)"
+        " FROM pgsched.tasks WHERE status = 'QUEUED'"
+    ).fetchone()  # type: ignore[misc]
+    assert due > 0 and queued > 10 * due
+    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in probes)
+    assert due <= read < queued / 10, (read, due, queued)
+
+
+def test_queue_pending_per_tier_reads_no_cold_row(backlog: psycopg.Connection) -> None:
+    plan = _analyzed(backlog, "queue_pending_tiers", {})
+    text = json.dumps(plan, indent=1)
+    assert {n["Relation Name"] for n in _ran(plan) if "Relation Name" in n} <= {
+        "tasks_hot",
+        "pg_class",
+        "settings",
+    }, text
+    assert "tasks_cold" not in text and "tasks_done" not in text
+    assert "JIT" not in plan, text  # a cheap plan: no compilation every interval
+    row = backlog.execute(query("queue_pending_tiers")).fetchone()
+    assert row is not None
+    assert abs(row[2] - COLD_ROWS) < COLD_ROWS * 0.05, row
+    exact = backlog.execute(
+        "SELECT count(*) FILTER (WHERE next_run_at < now() + interval '15 minutes'),"
+        " count(*) FILTER (WHERE next_run_at >= now() + interval '15 minutes')"
+        " FROM pgsched.tasks WHERE status = 'QUEUED' AND next_run_at > now()"
+    ).fetchone()
+    assert (row[0], row[1]) == exact
+
+
+def test_queue_overdue_pending_reads_the_due_slice_of_the_cold_tier(
+    backlog: psycopg.Connection,
+) -> None:
+    plan = _analyzed(backlog, "overdue_pending", {})
+    ran = _ran(plan)
+    text = json.dumps(plan, indent=1)
+    assert {n.get("Relation Name") for n in ran if "Relation Name" in n} == {"tasks_cold"}, text
+    assert {n.get("Index Name") for n in ran if "Index Name" in n} == {"tasks_cold_due_idx"}, text
+    assert not [n for n in ran if n["Node Type"] == "Seq Scan"], text
+
+
+def test_queue_dead_count_reads_the_dead_index_not_the_done_tier(
+    backlog: psycopg.Connection,
+) -> None:
+    """With 200,000 finished tasks of which 500 are DEAD (rolled back after)."""
+    with pytest.raises(_Rollback), backlog.transaction():
+        backlog.execute(
+            "INSERT INTO pgsched.tasks_done (task_type, next_run_at, lane, status, priority,"
+            " updated_at) SELECT 'done', now() - interval '1 day', 'NORMAL',"
+            " CASE WHEN g % 400 = 0 THEN 'FAILED' ELSE 'COMPLETED' END::pgsched.task_status,"
+            " 5, now() - g * interval '1 s' FROM generate_series(1, 200000) AS g"
+        )
+        backlog.execute("ANALYZE pgsched.tasks_done")
+        params = {"task_type": None, "tenant_id": None, "since": None}
+        plan = _analyzed(backlog, "dead_count", params)
+        ran = _ran(plan)
+        text = json.dumps(plan, indent=1)
+        assert {n.get("Index Name") for n in ran if "Index Name" in n} == {"tasks_done_dead_idx"}, (
+            text
+        )
+        assert not [n for n in ran if n["Node Type"] == "Seq Scan"], text
+        assert backlog.execute(query("dead_count"), params).fetchone() == (500,)
+        raise _Rollback

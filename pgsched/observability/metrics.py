@@ -191,7 +191,7 @@ class QueueSnapshot:
 
 
 def read_queue_depth(conn: psycopg.Connection[Any]) -> QueueSnapshot:
-    """Four short, index-backed statements (see sql/queries.sql)."""
+    """Short, index-backed statements (sql/queries.sql): no routine read of the cold tier."""
     due: dict[str, int] = {}
     oldest: dict[str, float] = {}
     for lane, count, oldest_s in conn.execute(query("queue_depth_lanes")).fetchall():
@@ -199,7 +199,12 @@ def read_queue_depth(conn: psycopg.Connection[Any]) -> QueueSnapshot:
         oldest[lane] = float(oldest_s or 0.0)
     row = conn.execute(query("queue_pending_tiers")).fetchone()
     assert row is not None
-    pending = {"immediate": int(row[0]), "hot": int(row[1]), "cold": int(row[2])}
+    immediate, hot, cold = (int(n) for n in row)
+    if cold < 0:
+        # Never analyzed (a new database): count it, until autovacuum's first ANALYZE.
+        counted = conn.execute(query("queue_cold_count")).fetchone()
+        cold = int(counted[0]) if counted else 0
+    pending = {"immediate": immediate, "hot": hot, "cold": cold}
     dead_row = conn.execute(
         query("dead_count"), {"task_type": None, "tenant_id": None, "since": None}
     ).fetchone()
