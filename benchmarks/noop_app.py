@@ -2,9 +2,12 @@
 
 noop        async, does nothing: measures the engine, not the handler
 noop_sync   plain def, does nothing: adds the thread-pool hop that sync handlers take
+sleep       async, sleeps payload['seconds']: holds a slot (the limits benchmark)
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from pgsched import App
 from pgsched.handlers import TaskContext
@@ -20,3 +23,9 @@ async def noop(ctx: TaskContext) -> None:
 @app.handler("noop_sync")
 def noop_sync(ctx: TaskContext) -> None:
     return None
+
+
+@app.handler("sleep")
+async def sleep(ctx: TaskContext) -> None:
+    """Sleeps payload['seconds'] (0.05 by default): a task that holds its slot a while."""
+    await asyncio.sleep(float(ctx.payload.get("seconds", 0.05)))

@@ -2,6 +2,7 @@
 
 from pgsched.app import App
 from pgsched.errors import (
+    InvalidLimitError,
     InvalidTaskError,
     PgschedError,
     TaskCancelledError,
@@ -19,6 +20,7 @@ __all__ = [
     "App",
     "CancelCounts",
     "CancelResult",
+    "InvalidLimitError",
     "InvalidTaskError",
     "Lane",
     "PgschedError",

@@ -22,8 +22,9 @@ from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from pgsched.dsn import resolve_dsn
-from pgsched.errors import InvalidTaskError, translate
+from pgsched.errors import InvalidLimitError, InvalidTaskError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
+from pgsched.lanes import WORK_LANES
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
@@ -443,3 +444,57 @@ class App:
     def tenants(self) -> list[dict[str, Any]]:
         with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("tenant_list")).fetchall()
+
+    # -- limits and fairness (sql/0014_fair_claims_and_limits.sql) ----------------------
+
+    def _limits_call(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+            try:
+                return cur.execute(query(name), params).fetchall()
+            except psycopg.errors.InvalidParameterValue as exc:
+                raise InvalidLimitError(exc.diag.message_primary or str(exc)) from exc
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+
+    def limit_set(
+        self,
+        scope: str,
+        key: str,
+        *,
+        max_processing: int | None = None,
+        rate: int | None = None,
+        per: str = "second",
+    ) -> dict[str, Any]:
+        """Limit a task type (`scope="task_type"`) or a tenant (`scope="tenant"`) across
+        every worker: at most `max_processing` PROCESSING at once and/or at most `rate`
+        claims per `per` ("second" or "minute"). Replaces that key's limits; applies to
+        the next claim of every worker. Raises InvalidLimitError (nothing written)."""
+        params = {
+            "scope": scope,
+            "key": key,
+            "max_processing": max_processing,
+            "rate": rate,
+            "per": per,
+        }
+        return self._limits_call("limit_set", params)[0]
+
+    def limit_clear(self, scope: str, key: str) -> bool:
+        """Remove the limits of a task type or tenant; False if it had none."""
+        rows = self._limits_call("limit_clear", {"scope": scope, "key": key})
+        return bool(rows[0]["cleared"])
+
+    def limits(self) -> list[dict[str, Any]]:
+        """Every limit, with how many tasks are PROCESSING under it now."""
+        return self._limits_call("limit_list", {})
+
+    def lane_set_fairness(self, lane: str, fair: bool) -> None:
+        """Turn fair claims across tenants on (the default) or off for one lane."""
+        name = lane.strip().upper()
+        if name not in WORK_LANES:
+            known = ", ".join(WORK_LANES)
+            raise InvalidLimitError(f"lane must be one of {known}, got {lane!r}")
+        self._limits_call("lane_set_fairness", {"lane": name, "fair": fair})
+
+    def lane_fairness(self) -> dict[str, bool]:
+        """Each lane: whether its claims are fair across tenants."""
+        return {row["lane"]: row["fair"] for row in self._limits_call("lane_fairness", {})}

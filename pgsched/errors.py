@@ -14,6 +14,11 @@ class InvalidTaskError(PgschedError, ValueError):
     """The task's input was refused; nothing was written."""
 
 
+class InvalidLimitError(PgschedError, ValueError):
+    """A limit or fairness setting was refused (the message names the field); nothing was
+    written."""
+
+
 class ConfigError(PgschedError, ValueError):
     """A process was configured with a value it cannot run with (the message names the
     option); it refused to start."""

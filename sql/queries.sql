@@ -364,6 +364,39 @@ SELECT pgsched.tenant_add(%(tenant_id)s, %(product)s, %(metadata)s) AS tenant_id
 -- name: tenant_set_active
 SELECT pgsched.tenant_set_active(%(tenant_id)s, %(active)s) AS tenant_id;
 
+-- name: limit_set
+SELECT
+    scope,
+    key,
+    max_processing,
+    rate
+FROM pgsched.limit_set(%(scope)s, %(key)s, %(max_processing)s, %(rate)s, %(per)s);
+
+-- name: limit_clear
+SELECT pgsched.limit_clear(%(scope)s, %(key)s) AS cleared;
+
+-- name: limit_list
+SELECT
+    scope,
+    key,
+    max_processing,
+    rate,
+    per,
+    processing,
+    updated_at
+FROM pgsched.limit_list();
+
+-- name: lane_set_fairness
+SELECT pgsched.lane_set_fairness(%(lane)s, %(fair)s) AS fair;
+
+-- name: lane_fairness
+SELECT
+    l.lane::text AS lane,
+    coalesce(array_position(s.fairness_off_lanes, l.lane), 0) = 0 AS fair
+FROM pgsched.settings AS s
+CROSS JOIN unnest(enum_range(NULL::pgsched.task_lane)) AS l (lane)
+ORDER BY l.lane;
+
 -- name: tenant_list
 SELECT
     tenant_id,

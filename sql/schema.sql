@@ -598,6 +598,27 @@ CREATE FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) RETURNS integer[
 $$;
 
 --
+-- Name: lane_set_fairness(pgsched.task_lane, boolean); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lane_set_fairness(lane pgsched.task_lane, fair boolean) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF lane_set_fairness.lane IS NULL OR lane_set_fairness.fair IS NULL THEN
+        RAISE EXCEPTION 'lane and fair must be given' USING ERRCODE = '22023';
+    END IF;
+    UPDATE pgsched.settings AS s
+       SET fairness_off_lanes = CASE WHEN lane_set_fairness.fair
+           THEN array_remove(s.fairness_off_lanes, lane_set_fairness.lane)
+           ELSE array_append(array_remove(s.fairness_off_lanes, lane_set_fairness.lane), lane_set_fairness.lane)
+           END;
+    RETURN lane_set_fairness.fair;
+END;
+$$;
+
+--
 -- Name: lease_rescue_expired(pgsched.task_lane, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -665,6 +686,157 @@ BEGIN
     END LOOP;
     RETURN rescued;
 END;
+$$;
+
+--
+-- Name: limit_clear(text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.limit_clear(scope text, key text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF limit_clear.scope IS NULL OR limit_clear.scope NOT IN ('task_type', 'tenant') THEN
+        RAISE EXCEPTION 'scope must be task_type or tenant, got %', coalesce(limit_clear.scope, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM pgsched.task_limits AS l WHERE l.scope = limit_clear.scope AND l.key = limit_clear.key;
+    RETURN FOUND;
+END;
+$$;
+
+--
+-- Name: limit_list(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.limit_list() RETURNS TABLE(scope text, key text, max_processing integer, rate integer, per text, processing integer, updated_at timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT l.scope, l.key, l.max_processing, l.rate,
+           CASE l.rate_period WHEN INTERVAL '1 second' THEN 'second' WHEN INTERVAL '1 minute' THEN 'minute' END,
+           (SELECT count(*)::integer
+              FROM pgsched.tasks AS tk
+             WHERE tk.status = 'PROCESSING'
+               AND CASE l.scope WHEN 'task_type' THEN tk.task_type ELSE tk.tenant_id END = l.key),
+           l.updated_at
+      FROM pgsched.task_limits AS l
+     ORDER BY l.scope, l.key
+$$;
+
+--
+-- Name: limit_room(integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.limit_room(max_tasks integer, t timestamp with time zone) RETURNS TABLE(scope text, key text, room integer)
+    LANGUAGE sql
+    AS $$
+    SELECT l.scope, l.key, least(
+        max_tasks,
+        -- (greatest ignores NULLs: a limit without max_processing says so explicitly)
+        CASE WHEN l.max_processing IS NULL THEN max_tasks ELSE greatest(l.max_processing - r.processing, 0) END,
+        coalesce(floor(pgsched.limit_tokens(l, t))::integer, max_tasks)
+    )
+      FROM pgsched.task_limits AS l
+      LEFT JOIN LATERAL (
+        SELECT count(*)::integer AS processing
+          FROM pgsched.tasks AS tk
+         WHERE tk.status = 'PROCESSING'
+           AND CASE l.scope WHEN 'task_type' THEN tk.task_type ELSE tk.tenant_id END = l.key
+      ) AS r ON l.max_processing IS NOT NULL
+$$;
+
+--
+-- Name: task_limits; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.task_limits (
+    scope text NOT NULL,
+    key text NOT NULL,
+    max_processing integer,
+    rate integer,
+    rate_period interval,
+    tokens double precision,
+    tokens_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT task_limits_limit_something CHECK (((max_processing IS NOT NULL) OR (rate IS NOT NULL))),
+    CONSTRAINT task_limits_max_processing_range CHECK ((max_processing >= 0)),
+    CONSTRAINT task_limits_rate_period_known CHECK ((((rate IS NULL) AND (rate_period IS NULL)) OR ((rate IS NOT NULL) AND (rate_period = ANY (ARRAY['00:00:01'::interval, '00:01:00'::interval]))))),
+    CONSTRAINT task_limits_rate_range CHECK ((rate >= 1)),
+    CONSTRAINT task_limits_scope_known CHECK ((scope = ANY (ARRAY['task_type'::text, 'tenant'::text])))
+);
+
+--
+-- Name: limit_set(text, text, integer, integer, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.limit_set(scope text, key text, max_processing integer DEFAULT NULL::integer, rate integer DEFAULT NULL::integer, per text DEFAULT 'second'::text) RETURNS pgsched.task_limits
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    saved pgsched.task_limits;
+    period interval;
+BEGIN
+    IF limit_set.scope IS NULL OR limit_set.scope NOT IN ('task_type', 'tenant') THEN
+        RAISE EXCEPTION 'scope must be task_type or tenant, got %', coalesce(limit_set.scope, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    IF limit_set.key IS NULL OR limit_set.key = '' OR length(limit_set.key) > 200 THEN
+        RAISE EXCEPTION 'key must be 1 to 200 characters (the % it limits)', limit_set.scope
+            USING ERRCODE = '22023';
+    END IF;
+    IF limit_set.max_processing IS NULL AND limit_set.rate IS NULL THEN
+        RAISE EXCEPTION 'max_processing or rate must be given (limit_clear removes a limit)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF limit_set.max_processing < 0 OR limit_set.max_processing > 1000000 THEN
+        RAISE EXCEPTION 'max_processing must be 0 to 1000000, got %', limit_set.max_processing
+            USING ERRCODE = '22023';
+    END IF;
+    IF limit_set.rate < 1 OR limit_set.rate > 1000000 THEN
+        RAISE EXCEPTION 'rate must be 1 to 1000000, got %', limit_set.rate
+            USING ERRCODE = '22023';
+    END IF;
+    period := CASE limit_set.per WHEN 'second' THEN INTERVAL '1 second' WHEN 'minute' THEN INTERVAL '1 minute' END;
+    IF limit_set.rate IS NOT NULL AND period IS NULL THEN
+        RAISE EXCEPTION 'per must be second or minute, got %', coalesce(limit_set.per, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgsched.task_limits AS l (scope, key, max_processing, rate, rate_period)
+    VALUES (
+        limit_set.scope, limit_set.key, limit_set.max_processing, limit_set.rate,
+        CASE WHEN limit_set.rate IS NOT NULL THEN period END
+    )
+    ON CONFLICT ON CONSTRAINT task_limits_pkey DO UPDATE
+       SET max_processing = excluded.max_processing,
+           rate = excluded.rate,
+           rate_period = excluded.rate_period,
+           -- A new rate starts with a full bucket; an unchanged one keeps its tokens.
+           tokens = CASE WHEN (l.rate, l.rate_period) IS NOT DISTINCT FROM (excluded.rate, excluded.rate_period)
+                         THEN l.tokens END,
+           tokens_at = CASE WHEN (l.rate, l.rate_period) IS NOT DISTINCT FROM (excluded.rate, excluded.rate_period)
+                            THEN l.tokens_at END,
+           updated_at = now()
+    RETURNING * INTO saved;
+    RETURN saved;
+END;
+$$;
+
+--
+-- Name: limit_tokens(pgsched.task_limits, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.limit_tokens(l pgsched.task_limits, t timestamp with time zone) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN l.rate IS NULL THEN NULL ELSE least(
+        greatest(l.rate / 10.0, 1.0),
+        coalesce(l.tokens, greatest(l.rate / 10.0, 1.0))
+        + greatest(extract(EPOCH FROM t - coalesce(l.tokens_at, t)), 0)
+        * l.rate / extract(EPOCH FROM l.rate_period)
+    ) END
 $$;
 
 --
@@ -1484,31 +1656,231 @@ $$;
 
 CREATE FUNCTION pgsched.task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval DEFAULT '00:00:30'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF pgsched.tasks
     LANGUAGE plpgsql SECURITY DEFINER
-    SET plan_cache_mode TO 'force_custom_plan'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     SET enable_hashjoin TO 'false'
     SET enable_mergejoin TO 'false'
     AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
+    prios integer[] := pgsched.lane_priorities(task_claim_many.lane);
+    fair boolean;
+    limited boolean;
+    blocked_types text[] := '{}';
+    blocked_tenants text[] := '{}';
+    room_tenants text[] := '{}';
+    room_left integer[] := '{}';
+    tenant_order text[];
+    quota integer;
+    full_tenants text[];
+    need integer;
+    c_id bigint[] := '{}';
+    c_type text[] := '{}';
+    c_tenant text[] := '{}';
+    admitted bigint[];
 BEGIN
-    RETURN QUERY
-    WITH due AS MATERIALIZED (
-        SELECT c.id
-          FROM unnest(pgsched.lane_priorities(task_claim_many.lane)) AS p(priority)
-         CROSS JOIN LATERAL (
-            SELECT tk.id
-              FROM pgsched.tasks AS tk
-             WHERE tk.status = 'QUEUED'
-               AND tk.lane = task_claim_many.lane
-               AND tk.priority = p.priority
-               AND tk.next_run_at <= t
-             ORDER BY tk.next_run_at
+    SELECT NOT (task_claim_many.lane = ANY (s.fairness_off_lanes)) INTO fair FROM pgsched.settings AS s;
+    limited := EXISTS (SELECT 1 FROM pgsched.task_limits);
+
+    IF NOT fair AND NOT limited THEN
+        -- The lane's order, as 0004 claimed: one range per priority, read lazily.
+        RETURN QUERY
+        WITH due AS MATERIALIZED (
+            SELECT c.id
+              FROM unnest(prios) AS p (priority)
+             CROSS JOIN LATERAL (
+                SELECT tk.id
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.status = 'QUEUED'
+                   AND tk.lane = task_claim_many.lane
+                   AND tk.priority = p.priority
+                   AND tk.next_run_at <= t
+                 ORDER BY tk.next_run_at
+                 LIMIT task_claim_many.max_tasks
+                   FOR UPDATE SKIP LOCKED
+             ) AS c
              LIMIT task_claim_many.max_tasks
-               FOR UPDATE SKIP LOCKED
-         ) AS c
-         LIMIT task_claim_many.max_tasks
-    )
+        )
+        UPDATE pgsched.tasks AS tk
+           SET status = 'PROCESSING',
+               attempts = tk.attempts + 1,
+               locked_by = task_claim_many.worker,
+               lease_token = gen_random_uuid(),
+               lease_expires_at = t + task_claim_many.lease,
+               last_run_at = t,
+               updated_at = t,
+               status_reason = NULL
+          FROM due
+         WHERE tk.id = due.id AND tk.status = 'QUEUED'
+        RETURNING tk.*;
+        RETURN;
+    END IF;
+
+    IF limited THEN
+        -- 1. Keys with no room now are skipped by the scans below (read without locks).
+        -- A tenant's room also caps its share (what it cannot take goes to the others).
+        SELECT coalesce(array_agg(r.key) FILTER (WHERE r.scope = 'task_type' AND r.room <= 0), '{}'),
+               coalesce(array_agg(r.key) FILTER (WHERE r.scope = 'tenant' AND r.room <= 0), '{}'),
+               coalesce(array_agg(r.key) FILTER (WHERE r.scope = 'tenant' AND r.room > 0), '{}'),
+               coalesce(array_agg(r.room) FILTER (WHERE r.scope = 'tenant' AND r.room > 0), '{}')
+          INTO blocked_types, blocked_tenants, room_tenants, room_left
+          FROM pgsched.limit_room(task_claim_many.max_tasks, t) AS r;
+    END IF;
+
+    -- 2. The candidates, locked.
+    IF fair THEN
+        -- The lane's tenants with due work, the longest waiting first.
+        WITH RECURSIVE queued_tenants AS (
+            (SELECT tk.tenant_id
+               FROM pgsched.tasks AS tk
+              WHERE tk.status = 'QUEUED' AND tk.lane = task_claim_many.lane
+              ORDER BY tk.tenant_id
+              LIMIT 1)
+            UNION ALL
+            SELECT n.tenant_id
+              FROM queued_tenants AS q
+             CROSS JOIN LATERAL (
+                SELECT tk.tenant_id
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.status = 'QUEUED' AND tk.lane = task_claim_many.lane
+                   AND tk.tenant_id > q.tenant_id
+                 ORDER BY tk.tenant_id
+                 LIMIT 1
+             ) AS n
+        )
+        SELECT coalesce(array_agg(q.tenant_id ORDER BY h.ord, h.next_run_at), '{}')
+          INTO tenant_order
+          FROM queued_tenants AS q
+         CROSS JOIN LATERAL (
+            SELECT p.ord, x.next_run_at
+              FROM unnest(prios) WITH ORDINALITY AS p (priority, ord)
+             CROSS JOIN LATERAL (
+                SELECT tk.next_run_at
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.status = 'QUEUED' AND tk.lane = task_claim_many.lane
+                   AND tk.tenant_id = q.tenant_id AND tk.priority = p.priority
+                   AND tk.next_run_at <= t
+                 ORDER BY tk.next_run_at
+                 LIMIT 1
+             ) AS x
+             LIMIT 1
+         ) AS h
+         WHERE q.tenant_id <> ALL (blocked_tenants);
+        IF cardinality(tenant_order) = 0 THEN
+            RETURN;
+        END IF;
+
+        quota := ceil(task_claim_many.max_tasks::numeric / cardinality(tenant_order));
+        full_tenants := tenant_order;
+        -- Round one: each tenant its share. Round two: what is left, shared by the tenants
+        -- that filled their share (rows already taken are ours: skipped by id).
+        FOR claim_round IN 1..2 LOOP
+            WITH taken AS (
+                SELECT c.id, c.task_type, c.tenant_id, c.rank, q.ord
+                  FROM unnest(full_tenants) WITH ORDINALITY AS q (tenant_id, ord)
+                  LEFT JOIN unnest(room_tenants, room_left) AS r (tenant_id, room)
+                    ON r.tenant_id = q.tenant_id
+                 CROSS JOIN LATERAL (
+                    SELECT least(quota, r.room - cardinality(array_positions(c_tenant, q.tenant_id))) AS n
+                 ) AS share
+                 CROSS JOIN LATERAL (
+                    SELECT y.*, row_number() OVER () AS rank
+                      FROM (
+                        SELECT x.id, x.task_type, x.tenant_id
+                          FROM unnest(prios) AS p (priority)
+                         CROSS JOIN LATERAL (
+                            SELECT tk.id, tk.task_type, tk.tenant_id
+                              FROM pgsched.tasks AS tk
+                             WHERE tk.status = 'QUEUED'
+                               AND tk.lane = task_claim_many.lane
+                               AND tk.tenant_id = q.tenant_id
+                               AND tk.priority = p.priority
+                               AND tk.next_run_at <= t
+                               AND tk.task_type <> ALL (blocked_types)
+                               AND tk.id <> ALL (c_id)
+                             ORDER BY tk.next_run_at
+                             LIMIT share.n
+                               FOR UPDATE SKIP LOCKED
+                         ) AS x
+                         LIMIT share.n
+                    ) AS y
+                 ) AS c
+            )
+            SELECT c_id || coalesce(array_agg(k.id ORDER BY k.rank, k.ord), '{}'),
+                   c_type || coalesce(array_agg(k.task_type ORDER BY k.rank, k.ord), '{}'),
+                   c_tenant || coalesce(array_agg(k.tenant_id ORDER BY k.rank, k.ord), '{}'),
+                   coalesce(array_agg(DISTINCT k.tenant_id) FILTER (WHERE k.rank = quota), '{}')
+              INTO c_id, c_type, c_tenant, full_tenants
+              FROM taken AS k;
+            need := task_claim_many.max_tasks - cardinality(c_id);
+            EXIT WHEN need <= 0 OR cardinality(full_tenants) = 0;
+            quota := ceil(need::numeric / cardinality(full_tenants));
+        END LOOP;
+    ELSE
+        -- The lane's order, skipping keys with no room.
+        SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.task_type), '{}'),
+               coalesce(array_agg(c.tenant_id), '{}')
+          INTO c_id, c_type, c_tenant
+          FROM (
+            SELECT x.id, x.task_type, x.tenant_id
+              FROM unnest(prios) AS p (priority)
+             CROSS JOIN LATERAL (
+                SELECT tk.id, tk.task_type, tk.tenant_id
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.status = 'QUEUED'
+                   AND tk.lane = task_claim_many.lane
+                   AND tk.priority = p.priority
+                   AND tk.next_run_at <= t
+                   AND tk.task_type <> ALL (blocked_types)
+                   AND tk.tenant_id <> ALL (blocked_tenants)
+                 ORDER BY tk.next_run_at
+                 LIMIT task_claim_many.max_tasks
+                   FOR UPDATE SKIP LOCKED
+             ) AS x
+             LIMIT task_claim_many.max_tasks
+        ) AS c;
+    END IF;
+
+    IF limited AND cardinality(c_id) > 0 THEN
+        -- 3. Serialize with every claim touching the same limited keys; then their room.
+        PERFORM 1
+           FROM pgsched.task_limits AS l
+          WHERE (l.scope = 'task_type' AND l.key = ANY (c_type))
+             OR (l.scope = 'tenant' AND l.key = ANY (c_tenant))
+          ORDER BY l.scope, l.key
+            FOR NO KEY UPDATE;
+        -- 4. Admit in order while each limit has room.
+        SELECT coalesce(array_agg(c.id ORDER BY c.pos), '{}')
+          INTO admitted
+          FROM (
+            SELECT c.id, c.pos, c.task_type, c.tenant_id,
+                   row_number() OVER (PARTITION BY c.task_type ORDER BY c.pos) AS type_rank,
+                   row_number() OVER (PARTITION BY c.tenant_id ORDER BY c.pos) AS tenant_rank
+              FROM unnest(c_id, c_type, c_tenant) WITH ORDINALITY AS c (id, task_type, tenant_id, pos)
+          ) AS c
+          LEFT JOIN pgsched.limit_room(task_claim_many.max_tasks, t) AS rt
+            ON rt.scope = 'task_type' AND rt.key = c.task_type
+          LEFT JOIN pgsched.limit_room(task_claim_many.max_tasks, t) AS rn
+            ON rn.scope = 'tenant' AND rn.key = c.tenant_id
+         WHERE c.type_rank <= coalesce(rt.room, task_claim_many.max_tasks)
+           AND c.tenant_rank <= coalesce(rn.room, task_claim_many.max_tasks)
+           AND c.pos <= task_claim_many.max_tasks;
+        UPDATE pgsched.task_limits AS l
+           SET tokens = pgsched.limit_tokens(l, t) - a.n,
+               tokens_at = greatest(t, l.tokens_at)
+          FROM (
+            SELECT s.scope, s.key, count(*) AS n
+              FROM unnest(c_id, c_type, c_tenant) AS c (id, task_type, tenant_id)
+             CROSS JOIN LATERAL (VALUES ('task_type', c.task_type), ('tenant', c.tenant_id)) AS s (scope, key)
+             WHERE c.id = ANY (admitted)
+             GROUP BY s.scope, s.key
+          ) AS a
+         WHERE l.scope = a.scope AND l.key = a.key AND l.rate IS NOT NULL;
+    ELSE
+        admitted := c_id[1:task_claim_many.max_tasks];
+    END IF;
+
+    RETURN QUERY
     UPDATE pgsched.tasks AS tk
        SET status = 'PROCESSING',
            attempts = tk.attempts + 1,
@@ -1518,8 +1890,8 @@ BEGIN
            last_run_at = t,
            updated_at = t,
            status_reason = NULL
-      FROM due
-     WHERE tk.id = due.id AND tk.status = 'QUEUED'
+      FROM unnest(admitted) AS a (id)
+     WHERE tk.id = a.id AND tk.status = 'QUEUED'
     RETURNING tk.*;
 END;
 $$;
@@ -2670,6 +3042,7 @@ CREATE TABLE pgsched.settings (
     immediate_window interval DEFAULT '00:15:00'::interval NOT NULL,
     hot_window interval DEFAULT '24:00:00'::interval NOT NULL,
     max_payload_bytes bigint DEFAULT 1048576 NOT NULL,
+    fairness_off_lanes pgsched.task_lane[] DEFAULT '{}'::pgsched.task_lane[] NOT NULL,
     CONSTRAINT settings_payload_cap_positive CHECK ((max_payload_bytes > 0)),
     CONSTRAINT settings_singleton_check CHECK (singleton),
     CONSTRAINT settings_windows_ordered CHECK (((immediate_window >= '00:00:00'::interval) AND (immediate_window <= hot_window)))
@@ -2969,6 +3342,13 @@ ALTER TABLE ONLY pgsched.task_events
     ADD CONSTRAINT task_events_pkey PRIMARY KEY (id);
 
 --
+-- Name: task_limits task_limits_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.task_limits
+    ADD CONSTRAINT task_limits_pkey PRIMARY KEY (scope, key);
+
+--
 -- Name: tasks tasks_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -3086,6 +3466,12 @@ CREATE INDEX tasks_hot_lease_idx ON pgsched.tasks_hot USING btree (lease_expires
 --
 
 CREATE INDEX tasks_hot_parent_id_idx ON pgsched.tasks_hot USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
+--
+-- Name: tasks_hot_tenant_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_hot_tenant_idx ON pgsched.tasks_hot USING btree (lane, tenant_id, priority, next_run_at) WHERE (status = 'QUEUED'::pgsched.task_status);
 
 --
 -- Name: tenants_product_active_idx; Type: INDEX; Schema: pgsched; Owner: -
@@ -3262,12 +3648,64 @@ GRANT ALL ON FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) TO pgsched
 GRANT ALL ON FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) TO pgsched_admin;
 
 --
+-- Name: FUNCTION lane_set_fairness(lane pgsched.task_lane, fair boolean); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lane_set_fairness(lane pgsched.task_lane, fair boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.lane_set_fairness(lane pgsched.task_lane, fair boolean) TO pgsched_admin;
+
+--
 -- Name: FUNCTION lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
 REVOKE ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION limit_clear(scope text, key text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.limit_clear(scope text, key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.limit_clear(scope text, key text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION limit_list(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.limit_list() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.limit_list() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.limit_list() TO pgsched_admin;
+
+--
+-- Name: FUNCTION limit_room(max_tasks integer, t timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.limit_room(max_tasks integer, t timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.limit_room(max_tasks integer, t timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.limit_room(max_tasks integer, t timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: TABLE task_limits; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.task_limits TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.task_limits TO pgsched_admin;
+
+--
+-- Name: FUNCTION limit_set(scope text, key text, max_processing integer, rate integer, per text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.limit_set(scope text, key text, max_processing integer, rate integer, per text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.limit_set(scope text, key text, max_processing integer, rate integer, per text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION limit_tokens(l pgsched.task_limits, t timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.limit_tokens(l pgsched.task_limits, t timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.limit_tokens(l pgsched.task_limits, t timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.limit_tokens(l pgsched.task_limits, t timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION login_acts_for_all_tenants(); Type: ACL; Schema: pgsched; Owner: -

@@ -199,8 +199,11 @@ def test_claim_probes_the_rows_it_locked_instead_of_hashing_the_hot_tier(
 # The shipped functions, with the plans of the statements inside them ----------------------
 
 
-def _shipped_plans(conn: psycopg.Connection, call: str) -> list[dict[str, Any]]:
-    """Run `call` (rolled back) and return the plan of every statement it executed.
+def _shipped_plans(
+    conn: psycopg.Connection, call: str, setup: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """Run `setup` then `call` (rolled back) and return the plan of every statement `call`
+    executed.
 
     auto_explain, loaded into this session only, logs each statement (nested ones too: the
     statements of a PL/pgSQL body) with its plan and actual row counts at NOTICE level,
@@ -226,6 +229,9 @@ def _shipped_plans(conn: psycopg.Connection, call: str) -> list[dict[str, Any]]:
     conn.add_notice_handler(keep)
     try:
         with pytest.raises(_Rollback), conn.transaction():
+            for statement in setup:
+                conn.execute(statement)
+            notices.clear()
             conn.execute(call).fetchall()
             raise _Rollback
     finally:
@@ -253,27 +259,59 @@ def _assert_no_cold_or_done(plans: list[dict[str, Any]], what: str) -> None:
         )
 
 
+# Fair claims (the default), the lane's plain order (fairness off), and a claim under limits
+# (a type limit with room, so the limit path runs to the end).
+CLAIM_MODES = {
+    "fair": ((), "tasks_hot_tenant_idx"),
+    "lane-order": (("SELECT pgsched.lane_set_fairness('NORMAL', false)",), "tasks_hot_claim_idx"),
+    "fair-limited": (
+        (
+            "SELECT pgsched.limit_set('task_type', 'hot', max_processing => 1000, rate => 5000)",
+            "SELECT pgsched.limit_set('tenant', 'default', max_processing => 1000)",
+        ),
+        "tasks_hot_tenant_idx",
+    ),
+    "lane-order-limited": (
+        (
+            "SELECT pgsched.lane_set_fairness('NORMAL', false)",
+            "SELECT pgsched.limit_set('task_type', 'hot', max_processing => 1000)",
+        ),
+        "tasks_hot_claim_idx",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", list(CLAIM_MODES))
 def test_shipped_claim_reads_only_the_hot_tier_through_its_index(
-    backlog: psycopg.Connection,
+    backlog: psycopg.Connection, mode: str
 ) -> None:
-    plans = _shipped_plans(backlog, "SELECT id FROM pgsched.task_claim_many('NORMAL', 100, 'w')")
-    _assert_no_cold_or_done(plans, "task_claim_many")
-    claim = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
-    assert len(claim) == 1, [_statement(p) for p in plans]
-    nodes = list(plan_nodes(claim[0]))
-    # What it reads (the UPDATE's target, ModifyTable, names the parent table).
-    scanned = {
-        n["Relation Name"]
-        for n in nodes
-        if "Relation Name" in n and n["Node Type"] != "ModifyTable"
-    }
-    assert scanned == {"tasks_hot"}, json.dumps(claim[0], indent=1)
-    assert "tasks_hot_claim_idx" in {n.get("Index Name") for n in nodes}, json.dumps(
-        claim[0], indent=1
+    setup, index = CLAIM_MODES[mode]
+    plans = _shipped_plans(
+        backlog, "SELECT id FROM pgsched.task_claim_many('NORMAL', 100, 'w')", setup
     )
-    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(claim[0], indent=1)
-    # It claimed something, so the plan above is the one that does the work.
-    assert any(n["Node Type"] == "ModifyTable" and n["Actual Rows"] > 0 for n in nodes)
+    _assert_no_cold_or_done(plans, "task_claim_many")
+    every = [n for p in plans for n in plan_nodes(p)]
+    # Small tables (settings, task_limits) may be read whole; no tier of tasks may.
+    tier_scans = [
+        n
+        for n in every
+        if n["Node Type"] == "Seq Scan" and n.get("Relation Name", "").startswith("tasks")
+    ]
+    assert not tier_scans, [_statement(p) for p in plans]
+    claim = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
+    assert claim, [_statement(p) for p in plans]
+    for plan in claim:
+        nodes = list(plan_nodes(plan))
+        # What it reads (an UPDATE's target, ModifyTable, names the parent table).
+        scanned = {
+            n["Relation Name"]
+            for n in nodes
+            if "Relation Name" in n and n["Node Type"] != "ModifyTable"
+        }
+        assert scanned == {"tasks_hot"}, json.dumps(plan, indent=1)
+        assert index in {n.get("Index Name") for n in nodes}, json.dumps(plan, indent=1)
+    # It claimed something, so the plans above are the ones that do the work.
+    assert any(n["Node Type"] == "ModifyTable" and n["Actual Rows"] > 0 for n in every)
 
 
 def test_shipped_promotion_reads_the_due_slice_not_the_cold_tier(

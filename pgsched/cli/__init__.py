@@ -8,6 +8,7 @@ doctor      is the database ready and is anything stuck (exit 1 on a failed chec
 findings    what status and doctor read: sweep leader, overdue cold work, expired leases
 dead        the DEAD lane: list, retry, discard
 tenants     the tenant registry: add, disable, list
+limits      limits per task type / tenant: set, clear, list; fair claims per lane
 processes   worker, sweeper (and its old name, scheduler)
 database    migrate; up / down (the embedded Postgres); demo (the main job)
 bench       the benchmark suite, when its extra is installed
@@ -22,6 +23,7 @@ from pgsched.cli import (
     database,
     dead,
     doctor,
+    limits,
     processes,
     schedules,
     show,
@@ -40,6 +42,7 @@ for command in (
     doctor.doctor,
     dead.dead,
     tenants.tenants,
+    limits.limits,
     processes.worker,
     processes.sweeper,
     processes.scheduler,

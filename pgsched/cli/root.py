@@ -21,6 +21,7 @@ from pgsched.dsn import DSN_ENV, NoDatabaseError, resolve_dsn
 from pgsched.embedded import EmbeddedError
 from pgsched.errors import (
     ConfigError,
+    InvalidLimitError,
     InvalidTaskError,
     PgschedError,
     SchemaMismatchError,
@@ -38,6 +39,7 @@ CONNECT_TIMEOUT_S = 10
 # SchemaMismatchError: the database needs `pgsched migrate` (or pgsched an upgrade) first.
 _BAD_INPUT = (
     InvalidTaskError,
+    InvalidLimitError,
     ConfigError,
     TaskNotFoundError,
     NoDatabaseError,

@@ -30,6 +30,11 @@ from pgsched.worker.config import LaneSettings
 
 log = logging.getLogger("pgsched.worker.claim_loop")
 
+# Due rows the claim did not take (others hold them mid-claim, or a limit in
+# pgsched.task_limits has no room): retry after 2 ms, doubling while that goes on, up to
+# this. A limit frees room when a task finishes or its tokens refill; no signal says when.
+SHORT_CLAIM_BACKOFF_MAX = 0.05
+
 
 class RateLimiter:
     """A token bucket: at most `rate` starts per second, in bursts of at most a tenth of
@@ -83,6 +88,7 @@ class LaneLoop:
         self._notified_at = -debounce
         self._limiter = RateLimiter(settings.rate) if settings.rate else None
         self.in_flight = 0
+        self._short_claims = 0
         self._slot_freed = asyncio.Event()
         self.claimed = 0
         self.claims = 0
@@ -136,6 +142,8 @@ class LaneLoop:
                 self._start(task, self._free_slot)
             if len(tasks) < want:
                 await self._sleep_until_work()
+            else:
+                self._short_claims = 0
 
     async def _sleep_until_work(self) -> None:
         timeout = self.poll_interval * random.uniform(0.75, 1.25)
@@ -147,8 +155,9 @@ class LaneLoop:
         if next_due is not None:
             timeout = min(timeout, max((next_due - db_now).total_seconds(), 0.0))
         if timeout <= 0:
-            # Due rows exist but others hold them (mid-claim): yield briefly, then retry.
-            await asyncio.sleep(0.002)
+            # Due rows exist but this claim did not get them: back off briefly, then retry.
+            await asyncio.sleep(min(0.002 * 2**self._short_claims, SHORT_CLAIM_BACKOFF_MAX))
+            self._short_claims = min(self._short_claims + 1, 16)
             return
         try:
             await asyncio.wait_for(self.wakeup.wait(), timeout)
