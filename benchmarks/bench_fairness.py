@@ -45,7 +45,7 @@ B_RATE = 10.0
 SEED_SQL = """
 INSERT INTO pgsched.tasks (task_type, tenant_id, next_run_at, priority, lane, status)
 SELECT 'noop', 'A', now() - interval '1 hour' + g * interval '1 ms', 5, 'NORMAL', 'QUEUED'
-  FROM generate_series(%(lo)s, %(hi)s) AS g
+  FROM generate_series(%(lo)s::integer, %(hi)s::integer) AS g
 """
 
 

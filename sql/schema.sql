@@ -1671,6 +1671,8 @@ DECLARE
     room_tenants text[] := '{}';
     room_left integer[] := '{}';
     tenant_order text[];
+    head_priority integer[];
+    head_due timestamptz[];
     quota integer;
     full_tenants text[];
     need integer;
@@ -1729,43 +1731,34 @@ BEGIN
 
     -- 2. The candidates, locked.
     IF fair THEN
-        -- The lane's tenants with due work, the longest waiting first.
-        WITH RECURSIVE queued_tenants AS (
-            (SELECT tk.tenant_id
-               FROM pgsched.tasks AS tk
+        -- The lane's tenants with queued work, the longest waiting first: each step of the
+        -- skip scan reads the next tenant's head. A tenant whose head is not due yet may
+        -- still have due work at a lower priority: it is visited last; a share it cannot
+        -- use goes to the others in round two.
+        WITH RECURSIVE heads AS (
+            (SELECT tk.tenant_id, tk.priority, tk.next_run_at
+               FROM pgsched.tasks_hot AS tk
               WHERE tk.status = 'QUEUED' AND tk.lane = task_claim_many.lane
-              ORDER BY tk.tenant_id
+              ORDER BY tk.tenant_id, tk.priority DESC, tk.next_run_at
               LIMIT 1)
             UNION ALL
-            SELECT n.tenant_id
-              FROM queued_tenants AS q
+            SELECT n.tenant_id, n.priority, n.next_run_at
+              FROM heads AS h
              CROSS JOIN LATERAL (
-                SELECT tk.tenant_id
-                  FROM pgsched.tasks AS tk
+                SELECT tk.tenant_id, tk.priority, tk.next_run_at
+                  FROM pgsched.tasks_hot AS tk
                  WHERE tk.status = 'QUEUED' AND tk.lane = task_claim_many.lane
-                   AND tk.tenant_id > q.tenant_id
-                 ORDER BY tk.tenant_id
+                   AND tk.tenant_id > h.tenant_id
+                 ORDER BY tk.tenant_id, tk.priority DESC, tk.next_run_at
                  LIMIT 1
              ) AS n
         )
-        SELECT coalesce(array_agg(q.tenant_id ORDER BY h.ord, h.next_run_at), '{}')
-          INTO tenant_order
-          FROM queued_tenants AS q
-         CROSS JOIN LATERAL (
-            SELECT p.ord, x.next_run_at
-              FROM unnest(prios) WITH ORDINALITY AS p (priority, ord)
-             CROSS JOIN LATERAL (
-                SELECT tk.next_run_at
-                  FROM pgsched.tasks AS tk
-                 WHERE tk.status = 'QUEUED' AND tk.lane = task_claim_many.lane
-                   AND tk.tenant_id = q.tenant_id AND tk.priority = p.priority
-                   AND tk.next_run_at <= t
-                 ORDER BY tk.next_run_at
-                 LIMIT 1
-             ) AS x
-             LIMIT 1
-         ) AS h
-         WHERE q.tenant_id <> ALL (blocked_tenants);
+        SELECT coalesce(array_agg(h.tenant_id ORDER BY h.next_run_at > t, h.priority DESC, h.next_run_at), '{}'),
+               coalesce(array_agg(h.priority ORDER BY h.next_run_at > t, h.priority DESC, h.next_run_at), '{}'),
+               coalesce(array_agg(h.next_run_at ORDER BY h.next_run_at > t, h.priority DESC, h.next_run_at), '{}')
+          INTO tenant_order, head_priority, head_due
+          FROM heads AS h
+         WHERE h.tenant_id <> ALL (blocked_tenants);
         IF cardinality(tenant_order) = 0 THEN
             RETURN;
         END IF;
@@ -1778,6 +1771,8 @@ BEGIN
             WITH taken AS (
                 SELECT c.id, c.task_type, c.tenant_id, c.rank, q.ord
                   FROM unnest(full_tenants) WITH ORDINALITY AS q (tenant_id, ord)
+                 INNER JOIN unnest(tenant_order, head_priority, head_due) AS hd (tenant_id, priority, due)
+                    ON hd.tenant_id = q.tenant_id
                   LEFT JOIN unnest(room_tenants, room_left) AS r (tenant_id, room)
                     ON r.tenant_id = q.tenant_id
                  CROSS JOIN LATERAL (
@@ -1790,12 +1785,15 @@ BEGIN
                           FROM unnest(prios) AS p (priority)
                          CROSS JOIN LATERAL (
                             SELECT tk.id, tk.task_type, tk.tenant_id
-                              FROM pgsched.tasks AS tk
+                              FROM pgsched.tasks_hot AS tk
                              WHERE tk.status = 'QUEUED'
                                AND tk.lane = task_claim_many.lane
                                AND tk.tenant_id = q.tenant_id
                                AND tk.priority = p.priority
                                AND tk.next_run_at <= t
+                               -- Entries before the head are dead or taken: start at it.
+                               AND tk.next_run_at >= CASE WHEN p.priority = hd.priority
+                                                          THEN hd.due ELSE '-infinity' END
                                AND tk.task_type <> ALL (blocked_types)
                                AND tk.id <> ALL (c_id)
                              ORDER BY tk.next_run_at
@@ -1826,7 +1824,7 @@ BEGIN
               FROM unnest(prios) AS p (priority)
              CROSS JOIN LATERAL (
                 SELECT tk.id, tk.task_type, tk.tenant_id
-                  FROM pgsched.tasks AS tk
+                  FROM pgsched.tasks_hot AS tk
                  WHERE tk.status = 'QUEUED'
                    AND tk.lane = task_claim_many.lane
                    AND tk.priority = p.priority
@@ -3471,7 +3469,7 @@ CREATE INDEX tasks_hot_parent_id_idx ON pgsched.tasks_hot USING btree (parent_id
 -- Name: tasks_hot_tenant_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX tasks_hot_tenant_idx ON pgsched.tasks_hot USING btree (lane, tenant_id, priority, next_run_at) WHERE (status = 'QUEUED'::pgsched.task_status);
+CREATE INDEX tasks_hot_tenant_idx ON pgsched.tasks_hot USING btree (lane, tenant_id, priority DESC, next_run_at) WHERE (status = 'QUEUED'::pgsched.task_status);
 
 --
 -- Name: tenants_product_active_idx; Type: INDEX; Schema: pgsched; Owner: -

@@ -177,3 +177,17 @@ def test_bad_limit_refused_nothing_written(conn: psycopg.Connection, call: str, 
         "SELECT scope, key, max_processing, rate FROM pgsched.task_limits"
     ).fetchall()
     assert rows == [("task_type", "x", 3, None)]
+
+
+def test_a_tenant_whose_head_is_not_due_still_gets_its_due_work(conn: psycopg.Connection) -> None:
+    # Its highest-priority work is due in an hour (queued, hot); its lower priority is due.
+    conn.execute(
+        "SELECT pgsched.schedule_task('job', tenant_id => 'a', priority => 7,"
+        " run_at => now() + interval '1 hour')"
+    )
+    seed(conn, "a", 5, priority=4)
+    seed(conn, "b", 5)
+    rows = conn.execute(
+        "SELECT tenant_id, priority FROM pgsched.task_claim_many('NORMAL', 20, 'w', '5 minutes')"
+    ).fetchall()
+    assert Counter(rows) == {("a", 4): 5, ("b", 5): 5}

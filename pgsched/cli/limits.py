@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import click
 
 from pgsched.app import App
-from pgsched.cli.options import render_table
+from pgsched.cli.options import json_output, print_json, render_table
 from pgsched.cli.root import CliState
 from pgsched.errors import InvalidLimitError
 
@@ -76,7 +75,7 @@ def limits_clear(state: CliState, task_type: str | None, tenant: str | None) -> 
 
 
 @limits.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_output("limits (a list) and fair_lanes (lane: true when its claims are fair)")
 @click.pass_obj
 def limits_list(state: CliState, as_json: bool) -> None:
     """Every limit, with what is PROCESSING under it now; and which lanes claim fairly."""
@@ -84,7 +83,7 @@ def limits_list(state: CliState, as_json: bool) -> None:
     rows = app.limits()
     fairness = app.lane_fairness()
     if as_json:
-        click.echo(json.dumps({"limits": rows, "fair_lanes": fairness}, indent=2, default=str))
+        print_json({"limits": rows, "fair_lanes": fairness})
         return
     columns = ["scope", "key", "max_processing", "rate", "per", "processing"]
     click.echo(render_table(rows, columns) if rows else "no limits")
