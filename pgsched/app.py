@@ -445,7 +445,7 @@ class App:
         with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("tenant_list")).fetchall()
 
-    # -- limits and fairness (sql/0015_fair_claims_and_limits.sql) ----------------------
+    # -- limits and fairness (sql/0017_fair_claims_and_limits.sql) ----------------------
 
     def _limits_call(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:

@@ -1,4 +1,4 @@
--- 0015 — claims are fair across tenants within a lane; limits per task type and per tenant.
+-- 0017 — claims are fair across tenants within a lane; limits per task type and per tenant.
 --
 -- Fairness. Before, a claim took a lane's due rows by priority then due time, so a tenant
 -- with a million due rows delayed every other tenant in the lane until its backlog drained.
