@@ -81,8 +81,149 @@ WHERE status = 'FAILED';
 
 -- name: dashboard_task_search
 -- Every filter is optional (NULL). The connection plans each call for its own values
--- (plan_cache_mode = force_custom_plan), so an absent filter folds away and an id or an
--- idempotency key becomes a primary-key probe.
+-- (plan_cache_mode = force_custom_plan), so an absent filter folds away, an id or an
+-- idempotency key becomes a primary-key probe, and a type, tenant, status or due range an
+-- index range on each big tier (0017). Newest first (by id); with a due range, earliest due
+-- first, so that the due-time index yields the rows in order and the scan stops at
+-- max_rows (by id, a range whose rows all sit low in the id order made the planner walk
+-- the primary key through everything newer). Each tier is searched on its own up to
+-- max_rows and the three are merged: one search of pgsched.tasks is a Merge Append that
+-- costs every tier at the same fraction of its rows, and so walked the whole cold tier's
+-- primary key for a due range that only finished tasks have. The filters are the same in
+-- the three (only the tier's statuses differ). The status goes through CASE, not a cast: a
+-- text-to-enum cast is only stable, so the planner could neither prune tiers by it nor use
+-- a partial index; the CASE folds to a constant.
+WITH found AS (
+    (
+        SELECT
+            t.id,
+            t.status
+        FROM pgsched.tasks AS t
+        WHERE
+            t.status IN ('QUEUED', 'PROCESSING')
+            AND (%(task_id)s::bigint IS NULL OR t.id = %(task_id)s::bigint)
+            AND (
+                %(idempotency_key)s::text IS NULL
+                OR t.id = (
+                    SELECT k.task_id
+                    FROM pgsched.idempotency_keys AS k
+                    WHERE
+                        k.tenant_id = coalesce(%(tenant_id)s::text, 'default')
+                        AND k.idempotency_key = %(idempotency_key)s::text
+                )
+            )
+            AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+            AND (%(tenant_id)s::text IS NULL OR t.tenant_id = %(tenant_id)s::text)
+            AND (
+                %(status)s::text IS NULL
+                OR t.status = CASE %(status)s::text
+                    WHEN 'PENDING' THEN 'PENDING'::pgsched.task_status
+                    WHEN 'QUEUED' THEN 'QUEUED'::pgsched.task_status
+                    WHEN 'PROCESSING' THEN 'PROCESSING'::pgsched.task_status
+                    WHEN 'COMPLETED' THEN 'COMPLETED'::pgsched.task_status
+                    WHEN 'FAILED' THEN 'FAILED'::pgsched.task_status
+                    WHEN 'CANCELLED' THEN 'CANCELLED'::pgsched.task_status
+                END
+            )
+            AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
+            AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+        ORDER BY
+            CASE
+                WHEN %(due_from)s::timestamptz IS NULL AND %(due_until)s::timestamptz IS NULL
+                    THEN NULL
+                ELSE t.next_run_at
+            END,
+            t.id DESC
+        LIMIT %(max_rows)s
+    )
+    UNION ALL
+    (
+        SELECT
+            t.id,
+            t.status
+        FROM pgsched.tasks AS t
+        WHERE
+            t.status IN ('PENDING')
+            AND (%(task_id)s::bigint IS NULL OR t.id = %(task_id)s::bigint)
+            AND (
+                %(idempotency_key)s::text IS NULL
+                OR t.id = (
+                    SELECT k.task_id
+                    FROM pgsched.idempotency_keys AS k
+                    WHERE
+                        k.tenant_id = coalesce(%(tenant_id)s::text, 'default')
+                        AND k.idempotency_key = %(idempotency_key)s::text
+                )
+            )
+            AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+            AND (%(tenant_id)s::text IS NULL OR t.tenant_id = %(tenant_id)s::text)
+            AND (
+                %(status)s::text IS NULL
+                OR t.status = CASE %(status)s::text
+                    WHEN 'PENDING' THEN 'PENDING'::pgsched.task_status
+                    WHEN 'QUEUED' THEN 'QUEUED'::pgsched.task_status
+                    WHEN 'PROCESSING' THEN 'PROCESSING'::pgsched.task_status
+                    WHEN 'COMPLETED' THEN 'COMPLETED'::pgsched.task_status
+                    WHEN 'FAILED' THEN 'FAILED'::pgsched.task_status
+                    WHEN 'CANCELLED' THEN 'CANCELLED'::pgsched.task_status
+                END
+            )
+            AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
+            AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+        ORDER BY
+            CASE
+                WHEN %(due_from)s::timestamptz IS NULL AND %(due_until)s::timestamptz IS NULL
+                    THEN NULL
+                ELSE t.next_run_at
+            END,
+            t.id DESC
+        LIMIT %(max_rows)s
+    )
+    UNION ALL
+    (
+        SELECT
+            t.id,
+            t.status
+        FROM pgsched.tasks AS t
+        WHERE
+            t.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+            AND (%(task_id)s::bigint IS NULL OR t.id = %(task_id)s::bigint)
+            AND (
+                %(idempotency_key)s::text IS NULL
+                OR t.id = (
+                    SELECT k.task_id
+                    FROM pgsched.idempotency_keys AS k
+                    WHERE
+                        k.tenant_id = coalesce(%(tenant_id)s::text, 'default')
+                        AND k.idempotency_key = %(idempotency_key)s::text
+                )
+            )
+            AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+            AND (%(tenant_id)s::text IS NULL OR t.tenant_id = %(tenant_id)s::text)
+            AND (
+                %(status)s::text IS NULL
+                OR t.status = CASE %(status)s::text
+                    WHEN 'PENDING' THEN 'PENDING'::pgsched.task_status
+                    WHEN 'QUEUED' THEN 'QUEUED'::pgsched.task_status
+                    WHEN 'PROCESSING' THEN 'PROCESSING'::pgsched.task_status
+                    WHEN 'COMPLETED' THEN 'COMPLETED'::pgsched.task_status
+                    WHEN 'FAILED' THEN 'FAILED'::pgsched.task_status
+                    WHEN 'CANCELLED' THEN 'CANCELLED'::pgsched.task_status
+                END
+            )
+            AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
+            AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+        ORDER BY
+            CASE
+                WHEN %(due_from)s::timestamptz IS NULL AND %(due_until)s::timestamptz IS NULL
+                    THEN NULL
+                ELSE t.next_run_at
+            END,
+            t.id DESC
+        LIMIT %(max_rows)s
+    )
+)
+
 SELECT
     t.id,
     t.tenant_id,
@@ -95,25 +236,15 @@ SELECT
     t.idempotency_key,
     t.updated_at,
     t.last_error
-FROM pgsched.tasks AS t
-WHERE
-    (%(task_id)s::bigint IS NULL OR t.id = %(task_id)s::bigint)
-    AND (
-        %(idempotency_key)s::text IS NULL
-        OR t.id = (
-            SELECT k.task_id
-            FROM pgsched.idempotency_keys AS k
-            WHERE
-                k.tenant_id = coalesce(%(tenant_id)s::text, 'default')
-                AND k.idempotency_key = %(idempotency_key)s::text
-        )
-    )
-    AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
-    AND (%(tenant_id)s::text IS NULL OR t.tenant_id = %(tenant_id)s::text)
-    AND (%(status)s::text IS NULL OR t.status = %(status)s::pgsched.task_status)
-    AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
-    AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
-ORDER BY t.id DESC
+FROM found AS f
+INNER JOIN pgsched.tasks AS t ON f.id = t.id AND f.status = t.status
+ORDER BY
+    CASE
+        WHEN %(due_from)s::timestamptz IS NULL AND %(due_until)s::timestamptz IS NULL
+            THEN NULL
+        ELSE t.next_run_at
+    END,
+    t.id DESC
 LIMIT %(max_rows)s;
 
 -- name: dashboard_task

@@ -3430,10 +3430,34 @@ CREATE INDEX tasks_parent_idx ON ONLY pgsched.tasks USING btree (parent_id) WHER
 CREATE INDEX tasks_cold_parent_id_idx ON pgsched.tasks_cold USING btree (parent_id) WHERE (parent_id IS NOT NULL);
 
 --
+-- Name: tasks_cold_tenant_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_cold_tenant_idx ON pgsched.tasks_cold USING btree (tenant_id, id);
+
+--
+-- Name: tasks_cold_type_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_cold_type_idx ON pgsched.tasks_cold USING btree (task_type, id);
+
+--
 -- Name: tasks_done_dead_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
 CREATE INDEX tasks_done_dead_idx ON pgsched.tasks_done USING btree (task_type, updated_at) WHERE (status = 'FAILED'::pgsched.task_status);
+
+--
+-- Name: tasks_done_due_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_done_due_idx ON pgsched.tasks_done USING btree (next_run_at);
+
+--
+-- Name: tasks_done_not_completed_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_done_not_completed_idx ON pgsched.tasks_done USING btree (status, id) WHERE (status <> 'COMPLETED'::pgsched.task_status);
 
 --
 -- Name: tasks_done_parent_id_idx; Type: INDEX; Schema: pgsched; Owner: -
@@ -3446,6 +3470,18 @@ CREATE INDEX tasks_done_parent_id_idx ON pgsched.tasks_done USING btree (parent_
 --
 
 CREATE INDEX tasks_done_retention_idx ON pgsched.tasks_done USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
+
+--
+-- Name: tasks_done_tenant_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_done_tenant_idx ON pgsched.tasks_done USING btree (tenant_id, id);
+
+--
+-- Name: tasks_done_type_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_done_type_idx ON pgsched.tasks_done USING btree (task_type, id);
 
 --
 -- Name: tasks_hot_claim_idx; Type: INDEX; Schema: pgsched; Owner: -

@@ -32,11 +32,17 @@ def seeded_database(
 
 
 def explain(
-    conn: psycopg.Connection, statement: str | sql.Composable, params: Any = None
+    conn: psycopg.Connection,
+    statement: str | sql.Composable,
+    params: Any = None,
+    *,
+    analyze: bool = False,
 ) -> list[dict[str, Any]]:
-    """EXPLAIN (FORMAT JSON) of `statement`: the plan document, one entry per statement."""
+    """EXPLAIN (FORMAT JSON) of `statement`: the plan document, one entry per statement.
+    With `analyze`, the statement runs and each node carries its rows and buffers."""
     text = sql.SQL(statement) if isinstance(statement, str) else statement
-    row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + text, params).fetchone()
+    options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+    row = conn.execute(sql.SQL(f"EXPLAIN ({options}) ") + text, params).fetchone()
     assert row is not None
     plan = row[0]
     return json.loads(plan) if isinstance(plan, str) else plan

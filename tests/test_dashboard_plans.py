@@ -1,19 +1,30 @@
 """The dashboard's reads stay off the big tiers: EXPLAINed on a seeded backlog.
 
 200,000 cold (PENDING) tasks, 100,000 done two days ago, a few hundred recent, running and
-DEAD ones, ANALYZEd. No page statement may read tasks_cold or tasks_done sequentially: the
-cold tier is where millions of future tasks live, the done tier grows with history.
+DEAD ones, a few cancelled and a few keyed, ANALYZEd. No page statement may read tasks_cold
+or tasks_done sequentially: the cold tier is where millions of future tasks live, the done
+tier grows with history.
+
+Every task search (each filter alone and in combinations, with values each tier has many,
+few or none of) is also run under EXPLAIN ANALYZE: it must read fewer buffers than a
+fraction of either big tier, which an index range answers and a walk of a tier's primary
+key looking for a rare value does not; and it must return what a plain query over
+pgsched.tasks returns.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from query_plans import explain, plan_nodes, seeded_database
 
+from pgsched.dashboard.app import STATUSES
 from pgsched.queries import query
 
 if TYPE_CHECKING:
@@ -53,6 +64,9 @@ def _seed(conn: psycopg.Connection) -> None:
             " WHERE task_type = 'old'",
             (status,),
         )
+    # Autovacuum keeps the hot tier to its live rows in production; 100,000 rows just went
+    # through it.
+    conn.execute("VACUUM pgsched.tasks_hot")
     _schedule(conn, 600, "-10 minutes", "1 second", "recent")
     conn.execute("SELECT count(*) FROM pgsched.task_claim_many('NORMAL', 600, 'w', '10 minutes')")
     conn.execute(
@@ -63,7 +77,20 @@ def _seed(conn: psycopg.Connection) -> None:
         "UPDATE pgsched.tasks SET status = 'FAILED', lease_token = NULL, last_error = 'x'"
         " WHERE task_type = 'recent' AND id % 3 = 1"
     )
-    conn.execute("ANALYZE")
+    # A few cancelled (done tier, the rarest status) and a few keyed ones (cold tier).
+    conn.execute(
+        "UPDATE pgsched.tasks SET status = 'CANCELLED', status_reason = 'test'"
+        " WHERE task_type = 'future' AND id % 20000 = 7"
+    )
+    conn.execute(
+        "SELECT count(*) FROM pgsched.schedule_tasks("
+        " task_types => array_fill('keyed'::text, ARRAY[%(n)s]),"
+        " tenant_ids => array_fill('t5'::text, ARRAY[%(n)s]),"
+        " idempotency_keys => ARRAY(SELECT 'key-' || g FROM generate_series(1, %(n)s) g),"
+        " run_ats => array_fill(now() + interval '3 days', ARRAY[%(n)s]))",
+        {"n": 20},
+    )
+    conn.execute("VACUUM ANALYZE")
 
 
 SEARCH = {
@@ -86,14 +113,121 @@ STATEMENTS: list[tuple[str, dict[str, Any]]] = [
     ("dashboard_task", {"task_id": 12345}),
     ("dashboard_task_events", {"task_id": 12345}),
     ("dashboard_task_outcomes", {"task_id": 12345}),
-    ("dashboard_task_search", {**SEARCH, "task_id": 12345}),
-    ("dashboard_task_search", {**SEARCH, "idempotency_key": "k", "tenant_id": "t1"}),
-    ("dashboard_task_search", {**SEARCH, "status": "FAILED"}),
-    ("dashboard_task_search", {**SEARCH, "task_type": "future"}),
     ("dashboard_schedules", {"max_rows": 200}),
     ("dashboard_workers", {}),
     ("dashboard_worker_leases", {"max_rows": 200}),
 ]
+
+
+NOW = datetime.now(UTC)
+
+# Each filter alone, with a value the tiers have many, few or none of, and combinations.
+# The seed: cold 'future' (tenants t0..t99, due from 2 days ahead over 277 days), done 'old'
+# (the same tenants, due 3 days ago over 28 hours), 'recent' running / COMPLETED / FAILED,
+# 10 'future' ones CANCELLED, 20 'keyed' ones of tenant t5 with keys key-1..key-20.
+SEARCHES: dict[str, dict[str, Any]] = {
+    "id (cold)": {"task_id": 12345},
+    "id (done)": {"task_id": 250_000},
+    "id (none)": {"task_id": 10**12},
+    "key with its tenant": {"idempotency_key": "key-7", "tenant_id": "t5"},
+    "key (default tenant)": {"idempotency_key": "key-7"},
+    "type (cold)": {"task_type": "future"},
+    "type (done)": {"task_type": "old"},
+    "type (recent)": {"task_type": "recent"},
+    "type (none)": {"task_type": "no_such_type"},
+    "tenant": {"tenant_id": "t7"},
+    "tenant (few, cold)": {"tenant_id": "t5"},
+    "tenant (none)": {"tenant_id": "no_such_tenant"},
+    **{f"status {s}": {"status": s} for s in STATUSES},
+    "due range (done only)": {
+        "due_from": NOW - timedelta(days=3, hours=-1),
+        "due_until": NOW - timedelta(days=3, hours=-2),
+    },
+    "due range (cold, a day)": {
+        "due_from": NOW + timedelta(days=30),
+        "due_until": NOW + timedelta(days=31),
+    },
+    "due range (none)": {
+        "due_from": NOW + timedelta(days=3000),
+        "due_until": NOW + timedelta(days=3001),
+    },
+    "due from (far ahead)": {"due_from": NOW + timedelta(days=3000)},
+    "due until (long ago)": {"due_until": NOW - timedelta(days=300)},
+    "type + tenant": {"task_type": "old", "tenant_id": "t7"},
+    "type + tenant (none)": {"task_type": "future", "tenant_id": "no_such_tenant"},
+    "type + status": {"task_type": "recent", "status": "FAILED"},
+    "type + status (none)": {"task_type": "future", "status": "FAILED"},
+    "tenant + status": {"tenant_id": "t7", "status": "CANCELLED"},
+    "tenant + status (done)": {"tenant_id": "t7", "status": "COMPLETED"},
+    "type + due range": {
+        "task_type": "old",
+        "due_from": NOW - timedelta(days=3, hours=-1),
+        "due_until": NOW - timedelta(days=3, hours=-2),
+    },
+    "tenant + due range": {
+        "tenant_id": "t7",
+        "due_from": NOW + timedelta(days=30),
+        "due_until": NOW + timedelta(days=31),
+    },
+    "status + due range": {
+        "status": "PENDING",
+        "due_from": NOW + timedelta(days=30),
+        "due_until": NOW + timedelta(days=31),
+    },
+    "id + type (mismatch)": {"task_id": 12345, "task_type": "old"},
+    "key + status": {"idempotency_key": "key-7", "tenant_id": "t5", "status": "PENDING"},
+    "all of them": {
+        "task_type": "future",
+        "tenant_id": "t7",
+        "status": "PENDING",
+        "due_from": NOW + timedelta(days=2),
+        "due_until": NOW + timedelta(days=200),
+    },
+}
+
+# What a search may read at most (shared buffers, hit or read): 50 rows from each tier and
+# their indexes, and the 50 rows merged, fetched once more by primary key. Walking either
+# big tier's primary key for a value it lacks reads thousands
+# (test_the_budget_is_below_a_walk_of_either_big_tier).
+SEARCH_BUFFERS = 700
+
+
+def _scans(plan: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(n["Node Type"], n["Relation Name"]) for n in plan_nodes(plan) if "Relation Name" in n]
+
+
+def _buffers(plan: list[dict[str, Any]]) -> int:
+    top = plan[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+def _reference(conn: psycopg.Connection, f: dict[str, Any]) -> list[int]:
+    """The same search written plainly, one filter at a time, over pgsched.tasks."""
+    where: list[sql.Composable] = []
+    if f["task_id"] is not None:
+        where.append(sql.SQL("id = {}").format(f["task_id"]))
+    if f["idempotency_key"] is not None:
+        where.append(
+            sql.SQL(
+                "id IN (SELECT task_id FROM pgsched.idempotency_keys"
+                " WHERE tenant_id = {} AND idempotency_key = {})"
+            ).format(f["tenant_id"] or "default", f["idempotency_key"])
+        )
+    for column, key in (("task_type", "task_type"), ("tenant_id", "tenant_id")):
+        if f[key] is not None:
+            where.append(sql.SQL("{} = {}").format(sql.Identifier(column), f[key]))
+    if f["status"] is not None:
+        where.append(sql.SQL("status::text = {}").format(f["status"]))
+    if f["due_from"] is not None:
+        where.append(sql.SQL("next_run_at >= {}").format(f["due_from"]))
+    if f["due_until"] is not None:
+        where.append(sql.SQL("next_run_at < {}").format(f["due_until"]))
+    # Newest first; with a due range, earliest due first.
+    ranged = f["due_from"] is not None or f["due_until"] is not None
+    statement = sql.SQL(
+        "SELECT id FROM pgsched.tasks WHERE {} ORDER BY {} id DESC LIMIT {}"
+    ).format(sql.SQL(" AND ").join(where), sql.SQL("next_run_at," if ranged else ""), f["max_rows"])
+    return [r[0] for r in conn.execute(statement)]
 
 
 @pytest.mark.parametrize(("name", "params"), STATEMENTS, ids=[s[0] for s in STATEMENTS])
@@ -101,7 +235,58 @@ def test_no_page_reads_a_big_tier_sequentially(
     backlog: psycopg.Connection, name: str, params: dict[str, Any]
 ) -> None:
     plan = explain(backlog, query(name), params)
-    scans = [(n["Node Type"], n["Relation Name"]) for n in plan_nodes(plan) if "Relation Name" in n]
+    scans = _scans(plan)
     assert scans, "the plan reads no table"
     seq = [(node, rel) for node, rel in scans if node == "Seq Scan" and rel in BIG_TIERS]
     assert seq == [], f"{name} reads {seq} sequentially"
+
+
+@pytest.mark.parametrize("filters", SEARCHES.values(), ids=SEARCHES.keys())
+def test_every_task_search_reads_an_index_range_of_the_big_tiers(
+    backlog: psycopg.Connection, filters: dict[str, Any]
+) -> None:
+    params = {**SEARCH, **filters}
+    plan = explain(backlog, query("dashboard_task_search"), params, analyze=True)
+    shown = json.dumps(plan, indent=1)
+    seq = [(node, rel) for node, rel in _scans(plan) if node == "Seq Scan" and rel in BIG_TIERS]
+    assert seq == [], f"reads {seq} sequentially:\n{shown}"
+    assert _buffers(plan) <= SEARCH_BUFFERS, (
+        f"read {_buffers(plan)} buffers (at most {SEARCH_BUFFERS}):\n{shown}"
+    )
+
+
+@pytest.mark.parametrize("filters", SEARCHES.values(), ids=SEARCHES.keys())
+def test_every_task_search_finds_what_a_plain_query_finds(
+    backlog: psycopg.Connection, filters: dict[str, Any]
+) -> None:
+    params = {**SEARCH, **filters}
+    found = [r[0] for r in backlog.execute(query("dashboard_task_search"), params)]
+    assert found == _reference(backlog, params)
+
+
+def test_the_searches_see_rows_of_every_tier(backlog: psycopg.Connection) -> None:
+    """The searches above prove little unless some find rows, in every tier."""
+    found = {
+        name: backlog.execute(query("dashboard_task_search"), {**SEARCH, **f}).fetchall()
+        for name, f in SEARCHES.items()
+    }
+    assert found["status PENDING"] and found["status COMPLETED"] and found["status PROCESSING"]
+    assert found["status CANCELLED"] and found["status FAILED"]
+    assert found["type (done)"] and found["due range (done only)"] and found["type + tenant"]
+    assert len(found["key with its tenant"]) == 1
+    assert found["type (none)"] == [] and found["tenant (none)"] == []
+
+
+def test_the_budget_is_below_a_walk_of_either_big_tier(backlog: psycopg.Connection) -> None:
+    """Reading a big tier's primary key backwards for a value it lacks costs far more than
+    SEARCH_BUFFERS: the budget tells an index range from a walk."""
+    for tier in sorted(BIG_TIERS):
+        plan = explain(
+            backlog,
+            sql.SQL(
+                "SELECT id FROM pgsched.{} WHERE last_error = 'no such error'"
+                " ORDER BY id DESC LIMIT 50"
+            ).format(sql.Identifier(tier)),
+            analyze=True,
+        )
+        assert _buffers(plan) > 2 * SEARCH_BUFFERS, (tier, _buffers(plan))
