@@ -1,7 +1,8 @@
 -- Named statements of the web dashboard (pgsched/dashboard). Loaded by pgsched/queries.py
 -- like sql/queries.sql. Reads touch the hot tier (small by design), one task by primary
--- key, or the last hour of finished work; writes call the same SQL functions as the CLI,
--- with the acting user written into the reason that the transition trigger records.
+-- key, the last hour of finished work, or (task search) an index range of each big tier;
+-- writes call the same SQL functions as the CLI, with the acting user written into the
+-- reason that the transition trigger records.
 
 -- name: dashboard_lanes_live
 -- The hot tier only (QUEUED and PROCESSING): what is due and running now.
