@@ -84,7 +84,7 @@ WHERE status = 'FAILED';
 -- Every filter is optional (NULL). The connection plans each call for its own values
 -- (plan_cache_mode = force_custom_plan), so an absent filter folds away, an id or an
 -- idempotency key becomes a primary-key probe, and a type, tenant, status or due range an
--- index range on each big tier (0017). Newest first (by id); with a due range, earliest due
+-- index range on each big tier (0018). Newest first (by id); with a due range, earliest due
 -- first, so that the due-time index yields the rows in order and the scan stops at
 -- max_rows (by id, a range whose rows all sit low in the id order made the planner walk
 -- the primary key through everything newer). Each tier is searched on its own up to

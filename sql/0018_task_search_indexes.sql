@@ -1,4 +1,4 @@
--- 0017 — task search by type, tenant, status or due time reads an index on the big tiers.
+-- 0018 — task search by type, tenant, status or due time reads an index on the big tiers.
 --
 -- The dashboard's search returns the newest matches first (ORDER BY id DESC LIMIT n). With
 -- only the primary key to walk, a type or tenant that few rows of a tier have made it read
