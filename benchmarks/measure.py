@@ -482,6 +482,7 @@ def pgsched_workers(
     lanes: str = "normal",
     app: str = NOOP_APP,
     env: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
 ) -> Procs:
     argv = [
         *pgsched_exe(),
@@ -498,6 +499,7 @@ def pgsched_workers(
         str(concurrency),
         "--log-level",
         "WARNING",
+        *extra,
     ]
     return Procs(name, [argv] * processes, env=env or {})
 

@@ -293,3 +293,20 @@ def test_unreachable_redis_at_start_is_no_refusal(db_env: dict[str, str]) -> Non
     assert done.returncode == 0, done.stderr
     assert "unreachable at start" in done.stderr
     assert "redis_mirror" in done.stdout
+
+
+def test_an_id_lost_from_the_mirror_is_added_back_when_reconciling(
+    conn: psycopg.Connection, redis_server: RedisServer
+) -> None:
+    task_id = schedule(conn, "fn_async")
+    sweep, _ = mirror(conn, redis_server)
+    keys = LaneKeys("pgsched", "NORMAL")
+    # Popped by a worker that died before its claim: still QUEUED, gone from Redis.
+    with redis_server.client() as c:
+        c.zrem(keys.due, task_id)
+    sweep.run_once(conn, datetime.now())
+    assert members(redis_server, "NORMAL") == []  # a plain pass adds only what is new
+    sweep._next_reconcile = 0.0
+    counts = sweep.run_once(conn, datetime.now())
+    assert counts["added"] == 1
+    assert members(redis_server, "NORMAL") == [task_id]

@@ -97,6 +97,11 @@ LONG_FORM: list[tuple[str, Run, tuple[str, ...]]] = [
         ),
     ),
     (
+        "redis_faults",
+        partial(scenarios.redis_faults, seconds=120),
+        ("recovery_by_fault", "lateness_p99_ms", "lateness_max_ms", "claimed_by_id"),
+    ),
+    (
         "xmin_held",
         partial(scenarios.xmin_held, hold_s=300, before_s=30, after_s=120, rate=300, window_s=5),
         (

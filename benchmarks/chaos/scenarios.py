@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -17,6 +18,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from benchmarks.chaos.harness import APP, Figures, Producer, Scenario, WorkerProcess, wait_for
+from benchmarks.redisserver import RedisServer
 
 
 def _work(seconds: float = 0.05) -> Any:
@@ -566,3 +568,104 @@ def _xmin_summary(series: list[dict[str, Any]]) -> dict[str, Any]:
         "completed_pct_of_arrivals_hold_end": share(tail),
         "dead_tuples_peak": max((w["dead_tuples"] for w in series), default=0),
     }
+
+
+def _work_due_soon(seconds: float = 0.05, ahead: float = 2.0) -> Any:
+    """Work due `ahead` seconds after it is scheduled: mirrored to Redis before it is due,
+    so the workers claim it through the hot tier (work due now is mostly claimed by the
+    Postgres top-up before a mirror pass sees it)."""
+
+    def make(n: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        run_at = datetime.now(UTC) + timedelta(seconds=ahead)
+        return "work", {"seconds": seconds}, {"max_attempts": 25, "run_at": run_at}
+
+    return make
+
+
+def redis_faults(s: Scenario, *, seconds: float) -> Figures:
+    """Two workers claiming through the Redis hot tier (one also runs the sweeps, so it
+    mirrors), under a steady load, while Redis is: unreachable at the second worker's
+    start, flushed (FLUSHALL), SIGKILLed and restarted empty, and at its maxmemory (writes
+    refused with OOM). Recovery: the longest time from a fault's end until every lane's
+    mirror was rebuilt on the live server (claims never wait for it: they fall back to
+    Postgres at once)."""
+    redis = RedisServer(s.workdir)  # started below, after the first worker
+    try:
+        return _redis_faults(s, redis, seconds)
+    finally:
+        redis.kill()
+
+
+def _redis_faults(s: Scenario, redis: RedisServer, seconds: float) -> Figures:
+    keys = [f"pgsched:{{{lane}}}:meta" for lane in ("HIGH", "NORMAL", "LOW", "BATCH")]
+
+    def rebuilt() -> bool:
+        try:
+            with redis.client() as c:
+                run_id = c.info("server")["run_id"]
+                return all(c.hget(key, "run_id") == run_id for key in keys)
+        except Exception:
+            return False
+
+    redis_args = ["--redis", redis.url, "--concurrency", "8"]
+    # Redis is not up yet: this worker starts on Postgres claims alone.
+    s.workers.start("H1", app=APP, lease=3.0, extra=redis_args)
+    s.workers.started[0].wait_log("unreachable at start")
+    redis.start()
+    s.workers.start("H0", app=APP, lease=3.0, extra=[*redis_args, "--sweeps"])
+    for w in s.workers.started:
+        w.wait_running()
+    wait_for(rebuilt, 30, "the first mirror")
+    recoveries: dict[str, float] = {}
+    with Producer(s.dsn, 40, _work_due_soon()) as producer:
+        time.sleep(seconds / 4)
+        redis.flushall()
+        fault_end = time.time()
+        wait_for(rebuilt, 30, "the mirror rebuilt after FLUSHALL")
+        recoveries["flushall"] = time.time() - fault_end
+        time.sleep(seconds / 4)
+        redis.kill()
+        time.sleep(1.0)
+        redis.start()
+        fault_end = time.time()
+        wait_for(rebuilt, 30, "the mirror rebuilt after a restart")
+        recoveries["restart"] = time.time() - fault_end
+        time.sleep(seconds / 4)
+        with redis.client() as c:
+            used = int(c.info("memory")["used_memory"])
+            # Below what it uses: every write that may grow memory is refused (OOM).
+            c.config_set("maxmemory", str(used // 2))
+            time.sleep(seconds / 4)
+            c.config_set("maxmemory", "0")
+    final = s.settle(producer.ids, 60)
+    rows = s.execute(
+        "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(EPOCH FROM"
+        " started_at - scheduled_for)) * 1000, max(extract(EPOCH FROM started_at"
+        " - scheduled_for)) * 1000 FROM pgsched.task_runs WHERE task_id = ANY(%s)",
+        (producer.ids,),
+    ).fetchone()
+    stop_codes = _stop_all(s)
+    by_id = sum(
+        int(n) for w in s.workers.started for n in re.findall(r"(\d+) claimed by id", w.log())
+    )
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=max(recoveries.values()),
+        recovery_by_fault={k: round(v, 2) for k, v in recoveries.items()},
+        lateness_p99_ms=round(rows[0] or 0, 1),
+        lateness_max_ms=round(rows[1] or 0, 1),
+        stop_codes=stop_codes,
+        claimed_by_id=by_id,
+        # The mirror's writes refused while Redis was at its maxmemory (pops still work:
+        # they free memory; what the mirror could not add was claimed from Postgres).
+        oom_seen=any("used memory > 'maxmemory'" in w.log() for w in s.workers.started),
+    )
+
+
+def _stop_all(s: Scenario) -> list[int]:
+    """SIGTERM every worker (their last lines count the claims made through Redis)."""
+    for w in s.workers.started:
+        if w.alive():
+            w.send(signal.SIGTERM)
+    return [w.proc.wait(timeout=30) for w in s.workers.started]

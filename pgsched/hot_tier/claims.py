@@ -120,7 +120,7 @@ class RedisClaimSource:
                 args=[min(n, POP_MAX), self._system_id, *due_bands(now_ms)],
             )
         except redis.RedisError as exc:
-            self._set_unusable("*", f"Redis at {redacted(self.config.url)} unreachable ({exc})")
+            self._set_unusable("*", f"Redis at {redacted(self.config.url)} failed ({exc})")
             self._skip_until = time.monotonic() + RETRY_AFTER
             self._policy_ok = False
             return []
@@ -149,11 +149,13 @@ class RedisClaimSource:
         if self._unusable.get(lane) == why:
             return
         self._unusable[lane] = why
-        what = "Redis" if lane == "*" else f"lane {lane}"
+        what = "Redis answers" if lane == "*" else f"lane {lane}"
         if why is None:
             log.info("%s: claiming through the Redis hot tier again", what)
+        elif lane == "*":
+            log.warning("%s: claiming from Postgres alone", why)
         else:
-            log.warning("%s %s: claiming from Postgres alone", what, why)
+            log.warning("lane %s %s: claiming from Postgres alone", lane, why)
 
 
 def open_claim_source(config: HotTierConfig) -> RedisClaimSource:

@@ -2,9 +2,9 @@
 
 Every pass (`mirror_interval`, default 1 s) reads each lane's window from Postgres through
 the claim index (`hot_tier_window`: QUEUED, due within the immediate window, at most
-`window_max` ids in claim order) and adds it to the lane's set. Adding is idempotent, so a
-task scheduled by plain SQL, retried, released, rescued or promoted is mirrored within a
-pass, whoever made it QUEUED. When a pass added ids it publishes the lane's wake-up.
+`window_max` ids in claim order) and adds the ids new to it since the last pass, so a task
+scheduled by plain SQL, retried, released, rescued or promoted is mirrored within a pass,
+whoever made it QUEUED. When a pass added ids it publishes the lane's wake-up.
 
 Loss. Each lane's meta hash records the Redis run id and the Postgres system identifier
 the set was built for. No meta (FLUSHALL, a restart without persistence, a lost key), a
@@ -15,8 +15,9 @@ rebuilds the window into a new key and swaps it in atomically (`swap_in.lua`).
 
 Drift. Ids leave the set when a worker pops them, or when a worker claims them from
 Postgres; an id cancelled or finished otherwise stays until popped (and dropped then).
-Every `reconcile_interval` the pass compares each set's size with the window's and logs
-the drift; past a tenth of the window (and 100 ids) it rebuilds the set.
+Every `reconcile_interval` the pass adds back ids of the window the set lost (popped by
+a worker that died before claiming them), compares each set's size with the window's and
+logs the drift; past a tenth of the window (and 100 ids) it rebuilds the set.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class MirrorSweep:
     # Checked on the first pass and whenever Redis answers again (it may be another server).
     _policy_ok: bool = False
     _refusal_logged: bool = False
+    # Per lane: the ids the last pass saw in the window. Only ids new to the window are
+    # added: re-adding the whole window would put back ids that workers popped and
+    # claimed while the pass ran (each then popped again, dropped, and topped up).
+    _seen: dict[str, set[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.interval = self.config.mirror_interval
@@ -71,7 +76,7 @@ class MirrorSweep:
         except redis.RedisError as exc:
             if not self._unreachable:
                 log.warning(
-                    "Redis at %s unreachable (%s): the mirror waits; workers claim from Postgres",
+                    "Redis at %s failed (%s): the mirror waits; workers claim from Postgres",
                     redacted(self.config.url),
                     exc,
                 )
@@ -107,17 +112,25 @@ class MirrorSweep:
             stale = why_stale(meta, run_id, system_id)
             if stale:
                 log.warning("Redis mirror of lane %s %s: rebuilding it", lane, stale)
+                self._seen[lane.value] = {int(row[0]) for row in rows}
                 self.rebuild(keys, rows, run_id, system_id)
                 counts["rebuilt"] += 1
                 counts["mirrored"] += len(rows)
                 continue
-            added = add_all(r, keys.due, rows)
+            seen = self._seen.get(lane.value, set())
+            self._seen[lane.value] = {int(row[0]) for row in rows}
+            added = add_all(r, keys.due, [row for row in rows if int(row[0]) not in seen])
             r.hset(keys.meta, mapping=window_marks(rows))
             counts["mirrored"] += len(rows)
             counts["added"] += added
             if added:
                 r.publish(keys.wake, added)
             if reconcile:
+                # Ids of the window missing from the set (popped by a worker that died
+                # before its claim, or refused as not yet due by the database's clock):
+                # claims found them in Postgres meanwhile; now they are mirrored again.
+                missing = missing_from(r, keys.due, rows)
+                counts["added"] += add_all(r, keys.due, missing)
                 held = int(r.zcard(keys.due))
                 drift = held - len(rows)
                 counts["drift"] += abs(drift)
@@ -188,6 +201,15 @@ def window_marks(rows: list[tuple[Any, ...]]) -> dict[str, str]:
     now = epoch_ms(rows[0][3]) if rows else int(time.time() * 1000)
     until = max((epoch_ms(row[2]) for row in rows), default=now)
     return {"window_until": str(until), "mirrored_at": str(now)}
+
+
+def missing_from(r: Any, key: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    missing: list[tuple[Any, ...]] = []
+    for start in range(0, len(rows), ZADD_CHUNK):
+        chunk = rows[start : start + ZADD_CHUNK]
+        scores = r.zmscore(key, [str(row[0]) for row in chunk])
+        missing += [row for row, held in zip(chunk, scores, strict=True) if held is None]
+    return missing
 
 
 def add_all(r: Any, key: str, rows: list[tuple[Any, ...]]) -> int:
