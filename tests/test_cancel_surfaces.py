@@ -167,19 +167,24 @@ def test_app_cancel_and_cancel_where(conn: psycopg.Connection, db_dsn: str) -> N
 # --- the dashboard -------------------------------------------------------------------------
 
 
-def test_dashboard_cancel_needs_csrf_and_records_the_user(
+def test_dashboard_cancel_asks_first_needs_csrf_and_records_the_user(
     conn: psycopg.Connection, db_env: dict[str, str]
 ) -> None:
     running = schedule(conn, "job")
     claim_all(conn)
-    with (
-        running_dashboard(env_without_auth(db_env)) as dash,
-        httpx.Client(base_url=dash.url) as client,
-    ):
+    env = env_without_auth(db_env)
+    with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
         page = client.get(f"/tasks/{running}")
-        assert 'id="cancel"' in page.text and "Stop running task" in page.text
-        token = csrf_field(page.text)
+        assert f'href="/tasks/{running}/cancel" id="cancel"' in page.text
+        assert "Stop running task" in page.text
         before = snapshot(conn)
+        # Asking is not doing: the confirmation says what will happen, and changes nothing.
+        confirm = client.get(f"/tasks/{running}/cancel")
+        assert confirm.status_code == 200
+        assert "its worker is asked to stop it" in confirm.text
+        assert "via dashboard" in confirm.text  # who it will be recorded as
+        assert snapshot(conn) == before
+        token = csrf_field(confirm.text)
         for data in ({"reason": "x"}, {"reason": "x", "csrf_token": token + "x"}):
             refused = client.post(f"/tasks/{running}/cancel", data=data)
             assert refused.status_code == 403
@@ -194,3 +199,14 @@ def test_dashboard_cancel_needs_csrf_and_records_the_user(
     assert row["cancel_reason"] == "runaway"
     assert row["cancel_requested_by"].endswith(f"via dashboard (role {conn.info.user})")
     assert "cancel requested by " in done.text  # the request is on the task's timeline
+
+
+def test_dashboard_read_only_offers_no_cancel(
+    conn: psycopg.Connection, db_env: dict[str, str]
+) -> None:
+    queued = schedule(conn, "job")
+    env = env_without_auth(db_env)
+    with running_dashboard(env, "--read-only") as dash, httpx.Client(base_url=dash.url) as client:
+        assert 'id="cancel"' not in client.get(f"/tasks/{queued}").text
+        assert client.get(f"/tasks/{queued}/cancel").status_code == 403
+    assert status(conn, queued) == "QUEUED"

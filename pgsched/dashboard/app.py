@@ -322,6 +322,16 @@ def create_app(config: DashboardConfig) -> Starlette:
             {"task": row, "events": events, "attempts": attempts, "outcomes": outcomes},
         )
 
+    async def task_cancel_confirm(request: Request) -> Response:
+        """Asking is not doing: what a cancel would do, and the form that does it."""
+        if config.read_only or db.writes is None:
+            raise HTTPException(403, "the dashboard runs read-only")
+        task_id = int(request.path_params["task_id"])
+        row = await db.row("dashboard_task", {"task_id": task_id})
+        if row is None:
+            raise HTTPException(404, f"no task {task_id}")
+        return render(request, "cancel_confirm.html", {"task": row})
+
     async def task_cancel(request: Request) -> Response:
         form = await write_form(request)
         task_id = int(request.path_params["task_id"])
@@ -446,6 +456,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         Route("/", overview),
         Route("/tasks", tasks),
         Route("/tasks/{task_id:int}", task),
+        Route("/tasks/{task_id:int}/cancel", task_cancel_confirm, methods=["GET"]),
         Route("/tasks/{task_id:int}/cancel", task_cancel, methods=["POST"]),
         Route("/dead", dead),
         Route("/dead/confirm", dead_confirm, methods=["POST"]),
