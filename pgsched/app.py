@@ -25,6 +25,7 @@ from pgsched.dsn import resolve_dsn
 from pgsched.errors import InvalidLimitError, InvalidTaskError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
 from pgsched.lanes import WORK_LANES
+from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
@@ -78,8 +79,13 @@ def _callers_row(error: Exception, start: int, chunk: int) -> Exception:
 class App:
     """Holds the DSN and the handler registry; cheap to create."""
 
-    def __init__(self, dsn: str | None = None) -> None:
+    def __init__(
+        self, dsn: str | None = None, *, prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
+    ) -> None:
         self._dsn = dsn
+        # None behind a transaction pooler, which cannot keep a prepared statement (see
+        # pgsched.pooler); checked here so a wrong value fails at once, not at a call.
+        self.prepare_threshold = parse_prepare_threshold(prepare_threshold, "prepare_threshold")
         self.registry = HandlerRegistry()
 
     def handler(
@@ -129,6 +135,9 @@ class App:
             self._dsn = resolve_dsn(None)
         return self._dsn
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn, prepare_threshold=self.prepare_threshold)
+
     @contextmanager
     def _connection(
         self, conn: psycopg.Connection[Any] | None
@@ -136,7 +145,7 @@ class App:
         if conn is not None:
             yield conn
             return
-        with psycopg.connect(self.dsn) as own:
+        with self._connect() as own:
             yield own
 
     def schedule(
@@ -329,7 +338,7 @@ class App:
         if unknown:
             raise TypeError(f"unknown history filters: {sorted(unknown)}")
         params.update(filters)
-        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+        with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("history"), params).fetchall()
 
     def cancel(
@@ -387,12 +396,12 @@ class App:
 
     def lane_summary(self) -> list[dict[str, Any]]:
         """Per lane: cold, queued, due now, processing, dead, oldest lateness (seconds)."""
-        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+        with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("lane_summary")).fetchall()
 
     def dead_list(self, max_rows: int = 100) -> list[dict[str, Any]]:
         """The DEAD lane, newest failure first."""
-        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+        with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("dead_list"), {"max_rows": max_rows}).fetchall()
 
     def dead_retry(
@@ -400,7 +409,7 @@ class App:
     ) -> list[int]:
         """Bring DEAD tasks back (their attempts start over); returns their ids."""
         params = {"task_id": task_id, "task_type": task_type, "all_tasks": all_tasks}
-        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+        with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             try:
                 return [int(r["task_id"]) for r in cur.execute(query("dead_retry"), params)]
             except psycopg.Error as exc:
@@ -408,7 +417,7 @@ class App:
 
     def dead_discard(self, task_id: int, reason: str = "discarded from the DEAD lane") -> int:
         """Give up on a DEAD task for good (CANCELLED, with the reason recorded)."""
-        with psycopg.connect(self.dsn) as c:
+        with self._connect() as c:
             try:
                 c.execute(query("dead_discard"), {"task_id": task_id, "reason": reason})
             except psycopg.Error as exc:
@@ -419,7 +428,7 @@ class App:
         self, tenant_id: str, product: str, metadata: Mapping[str, Any] | None = None
     ) -> str:
         """Register (or update and re-activate) a tenant of a product."""
-        with psycopg.connect(self.dsn) as c:
+        with self._connect() as c:
             try:
                 c.execute(
                     query("tenant_add"),
@@ -434,7 +443,7 @@ class App:
         return tenant_id
 
     def tenant_set_active(self, tenant_id: str, active: bool) -> str:
-        with psycopg.connect(self.dsn) as c:
+        with self._connect() as c:
             try:
                 c.execute(query("tenant_set_active"), {"tenant_id": tenant_id, "active": active})
             except psycopg.Error as exc:
@@ -442,13 +451,13 @@ class App:
         return tenant_id
 
     def tenants(self) -> list[dict[str, Any]]:
-        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+        with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("tenant_list")).fetchall()
 
     # -- limits and fairness (sql/0017_fair_claims_and_limits.sql) ----------------------
 
     def _limits_call(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        with psycopg.connect(self.dsn) as c, c.cursor(row_factory=dict_row) as cur:
+        with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             try:
                 return cur.execute(query(name), params).fetchall()
             except psycopg.errors.InvalidParameterValue as exc:

@@ -13,6 +13,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -35,11 +36,14 @@ def retry_delay(attempt: int) -> float:
     return base * random.uniform(0.8, 1.2)
 
 
-def connect(conninfo: str, **kwargs: object) -> psycopg.Connection:
-    """psycopg.connect with a bounded connect time unless the conninfo sets one."""
+def connect(
+    conninfo: str, cls: type[psycopg.Connection[Any]] = psycopg.Connection, **kwargs: object
+) -> psycopg.Connection[Any]:
+    """`cls.connect` (psycopg.connect) with a bounded connect time unless the conninfo sets
+    one."""
     if "connect_timeout" not in conninfo_to_dict(conninfo):
         kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
-    return psycopg.connect(conninfo, **kwargs)  # type: ignore[arg-type]
+    return cls.connect(conninfo, **kwargs)  # type: ignore[arg-type]
 
 
 def first_line(exc: BaseException) -> str:

@@ -11,13 +11,16 @@ interval. Each is idempotent: running it twice, or on two processes, is harmless
                     leases, and a wake-up for lanes with due work nobody claimed
     RetentionSweep  hourly: prune finished tasks and old events (default: keep 30 days)
 
-Leadership: the sweeper holds a session advisory lock on a dedicated connection. If the
-leader dies its session ends, the lock is released, and another sweeper takes over at
-its next try (every `leader_retry` seconds, jittered).
+Leadership: the sweeper holds the leader lease (`pgsched.leadership`: a row, renewed every
+third of its length, its writes fenced by the lease's generation). A leader that stops
+releases it; one that dies stops renewing, and another sweeper takes over when the lease
+runs out (within one lease period), or at its next try (every `leader_retry` seconds).
+Nothing depends on a session, so sweepers work through a transaction pooler.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -30,15 +33,22 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import class_row, dict_row
 
+from pgsched.leadership import (
+    DEFAULT_LEASE_SECONDS,
+    LeaderLease,
+    LeaseRenewer,
+    connect_fenced,
+    is_deposed,
+)
 from pgsched.migrations import require_current_schema
 from pgsched.option_checks import require_int, require_seconds
+from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, listen_target
 from pgsched.queries import query
 from pgsched.recurring import ScheduleRow, arm, database_now
 from pgsched.startup import connect, first_line, retry_delay, wait_for_current_schema
 
 log = logging.getLogger("pgsched.sweeps")
 
-LEADER_LOCK_KEY = 0x70677363686564 + 1  # "pgsched" + 1: the sweep leader
 CHUNK_TIMINGS = 1000
 
 
@@ -129,10 +139,11 @@ class RecurringSweep:
 
 
 def _schedule_can_be_skipped(conn: psycopg.Connection[Any], exc: Exception) -> bool:
-    """False once the connection is lost: every schedule would fail, and the sweeper
-    reconnects. Any other fault (a lock timeout, a tenant the sweeper may not act for)
-    belongs to this schedule this time; the schema itself was checked at start."""
-    return not (conn.broken or conn.closed)
+    """False once the connection is lost (every schedule would fail, and the sweeper
+    reconnects) or the lease (another sweeper leads now). Any other fault (a lock timeout,
+    a tenant the sweeper may not act for) belongs to this schedule this time; the schema
+    itself was checked at start."""
+    return not (conn.broken or conn.closed or is_deposed(exc))
 
 
 @dataclass
@@ -206,11 +217,12 @@ def default_sweeps() -> list[Sweep]:
 
 
 class Sweeper:
-    """Runs the sweeps while it is the elected leader; otherwise waits to take over.
+    """Runs the sweeps while it holds the leader lease; otherwise waits to take over.
 
     Each sweep has its own error boundary: one that fails is logged and runs again at its
-    next interval, while the others keep their times. Only a lost connection ends the
-    leadership; the sweeps' times survive it, so a reconnect does not run them all at once.
+    next interval, while the others keep their times. A lost connection or a lost lease
+    ends the leadership; the sweeps' times survive it, so a reconnect does not run them all
+    at once.
     """
 
     def __init__(
@@ -219,12 +231,22 @@ class Sweeper:
         sweeps: list[Sweep] | None = None,
         leader_retry: float = 5.0,
         on_counts: Any = None,
+        *,
+        leader_lease: float = DEFAULT_LEASE_SECONDS,
+        listen_dsn: str | None = None,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+        holder: str | None = None,
     ) -> None:
         require_seconds("sweeper leader_retry", leader_retry)
         self.dsn = dsn
         self.sweeps = sweeps if sweeps is not None else default_sweeps()
         self.leader_retry = leader_retry
         self.on_counts = on_counts
+        self.lease = LeaderLease(holder, leader_lease)
+        # Where LISTEN pgsched_recurring runs (None: nowhere; schedules made by plain SQL
+        # are then armed at the recurring sweep's interval).
+        self.listen_dsn = listen_target(dsn, listen_dsn)
+        self._connect_kwargs: dict[str, Any] = {"prepare_threshold": prepare_threshold}
         self.is_leader = False
         self._stop = threading.Event()
         self._next_run = {sweep.name: 0.0 for sweep in self.sweeps}
@@ -263,33 +285,72 @@ class Sweeper:
                 self.is_leader = False
 
     def _lead_when_elected(self) -> None:
+        lease = self.lease
         with (
-            connect(self.dsn, autocommit=True) as leader,
-            connect(self.dsn, autocommit=True) as work,
+            connect(self.dsn, autocommit=True, **self._connect_kwargs) as control,
+            connect_fenced(self.dsn, **self._connect_kwargs) as work,
         ):
             self._connected = True
             while not self._stop.is_set():
-                row = leader.execute(query("sweep_leader_try"), {"key": LEADER_LOCK_KEY}).fetchone()
-                if row and row[0]:
+                state = lease.try_acquire(control)
+                if state.acquired:
                     break
-                self._stop.wait(self.leader_retry * random.uniform(0.5, 1.0))
+                # Try again when the lease seen runs out (a dead leader's, at the latest),
+                # or every leader_retry seconds, whichever comes first.
+                retry = self.leader_retry * random.uniform(0.5, 1.0)
+                self._stop.wait(min(retry, max(state.expires_in_s, 0.0) + 0.05))
             else:
                 return
             self.is_leader = True
-            log.info("sweeper became leader")
-            leader.execute(query("listen_recurring"))
+            log.info(
+                "sweeper became leader (lease generation %d, holder %s)",
+                lease.generation,
+                lease.holder,
+            )
+            work.fence = lease.fence()
+            renewer = LeaseRenewer(lease, self.dsn, control, **self._connect_kwargs)
+            renewer.start()
+            try:
+                self._lead(lease, work)
+            finally:
+                work.fence = None
+                renewer.stop()
+                if lease.held():
+                    # A clean stop: let the next sweeper take over at its next try.
+                    with contextlib.suppress(psycopg.Error):
+                        lease.release(control)
+            if not self._stop.is_set():
+                log.warning(
+                    "sweeper lost leadership: lease generation %d is no longer held",
+                    lease.generation,
+                )
+                self.is_leader = False
+
+    def _lead(self, lease: LeaderLease, work: psycopg.Connection[Any]) -> None:
+        """Run the sweeps on time while the lease is held and nobody asked to stop."""
+        listener = (
+            connect(self.listen_dsn, autocommit=True, **self._connect_kwargs)
+            if self.listen_dsn is not None
+            else None
+        )
+        with listener if listener is not None else contextlib.nullcontext():
+            if listener is not None:
+                listener.execute(query("listen_recurring"))
             next_run = self._next_run
-            while not self._stop.is_set():
+            while not self._stop.is_set() and lease.held():
                 now_mono = time.monotonic()
                 for sweep in self.sweeps:
-                    if next_run[sweep.name] <= now_mono:
+                    if next_run[sweep.name] <= now_mono and lease.held():
                         self._run_sweep(sweep, work)
                         jitter = random.uniform(0.9, 1.1)
                         next_run[sweep.name] = time.monotonic() + sweep.interval * jitter
-                wait = max(min(next_run.values()) - time.monotonic(), 0.0)
+                wait = min(max(min(next_run.values()) - time.monotonic(), 0.0), 1.0)
+                if listener is None:
+                    self._stop.wait(wait)
+                    continue
                 # A new schedule sends NOTIFY pgsched_recurring: arm it now, not in a minute.
                 woken = False
-                for _ in leader.notifies(timeout=min(wait, 1.0), stop_after=1):
+                for _ in listener.notifies(timeout=wait, stop_after=1):
                     woken = True
                 if woken:
                     for sweep in self.sweeps:
@@ -305,6 +366,11 @@ class Sweeper:
         except Exception as exc:
             if conn.broken or conn.closed:
                 raise
+            if is_deposed(exc):
+                # Another sweeper leads now: this one's fenced write was refused.
+                self.lease.deposed = True
+                log.warning("sweep %s refused: %s", sweep.name, first_line(exc))
+                return
             log.error(
                 "sweep %s failed (%s); it runs again in %.0fs, the other sweeps keep their times",
                 sweep.name,
@@ -320,18 +386,33 @@ class Sweeper:
             self.on_counts(sweep.name, counts, elapsed)
 
 
-def run_all_once(dsn: str, sweeps: list[Sweep] | None = None) -> dict[str, dict[str, int]]:
-    """Run each sweep once if this process can take the leader lock (for cron jobs and
-    tests); a process that is not elected runs nothing and returns {}."""
+def run_all_once(
+    dsn: str,
+    sweeps: list[Sweep] | None = None,
+    *,
+    leader_lease: float = DEFAULT_LEASE_SECONDS,
+    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+) -> dict[str, dict[str, int]]:
+    """Run each sweep once if this process can take the leader lease (for cron jobs and
+    tests), then release it; a process that is not elected runs nothing and returns {}."""
     results: dict[str, dict[str, int]] = {}
+    lease = LeaderLease(None, leader_lease)
+    kwargs: dict[str, Any] = {"prepare_threshold": prepare_threshold}
     with (
-        psycopg.connect(dsn, autocommit=True) as leader,
-        psycopg.connect(dsn, autocommit=True) as work,
+        connect(dsn, autocommit=True, **kwargs) as control,
+        connect_fenced(dsn, **kwargs) as work,
     ):
         require_current_schema(work)
-        row = leader.execute(query("sweep_leader_try"), {"key": LEADER_LOCK_KEY}).fetchone()
-        if not (row and row[0]):
+        if not lease.try_acquire(control).acquired:
             return results
-        for sweep in sweeps if sweeps is not None else default_sweeps():
-            results[sweep.name] = sweep.run_once(work, database_now(work))
+        work.fence = lease.fence()
+        renewer = LeaseRenewer(lease, dsn, control, **kwargs)
+        renewer.start()
+        try:
+            for sweep in sweeps if sweeps is not None else default_sweeps():
+                results[sweep.name] = sweep.run_once(work, database_now(work))
+        finally:
+            work.fence = None
+            renewer.stop()
+            lease.release(control)
     return results

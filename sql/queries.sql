@@ -293,8 +293,23 @@ SELECT
 FROM pgsched.schema_migrations
 ORDER BY version;
 
--- name: sweep_leader_try
-SELECT pg_try_advisory_lock(%(key)s) AS leader;
+-- name: sweep_leader_acquire
+SELECT
+    acquired,
+    generation,
+    leader,
+    expires_at,
+    expires_in_s
+FROM pgsched.sweep_leader_acquire(%(holder)s, %(lease)s);
+
+-- name: sweep_leader_renew
+SELECT pgsched.sweep_leader_renew(%(holder)s, %(generation)s, %(lease)s) AS expires_at;
+
+-- name: sweep_leader_release
+SELECT pgsched.sweep_leader_release(%(holder)s, %(generation)s) AS released;
+
+-- name: sweep_leader_fence
+SELECT pgsched.sweep_leader_fence(%(holder)s, %(generation)s);
 
 -- name: history
 -- then_due / then_attempt: where the run left the task (a retry's new due time; an attempt
@@ -355,7 +370,9 @@ FROM pgsched.work_record_done_many(
 -- name: work_once
 SELECT pgsched.work_once(%(tenant_id)s, %(task_type)s, %(key)s, %(task_id)s) AS first_time;
 
--- name: session_tenant_set
+-- name: transaction_tenant_set
+-- Local to the caller's transaction (is_local TRUE, as SET LOCAL): nothing outlives it on a
+-- pooled server session.
 SELECT set_config('pgsched.tenant_id', %(tenant_id)s, TRUE);
 
 -- name: tenant_add
@@ -572,25 +589,16 @@ WHERE
     AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s);
 
 -- name: sweep_leader_held
--- The leader holds a session advisory lock on one bigint key: pg_locks shows it split in
--- two 32-bit halves (classid high, objid low, objsubid 1).
+-- The lease row while its lease runs: a leader that died is gone once its lease expires.
 SELECT
-    l.pid,
-    a.application_name,
-    a.client_addr::text AS client_addr,
-    a.backend_start
-FROM pg_catalog.pg_locks AS l
-LEFT JOIN pg_catalog.pg_stat_activity AS a ON l.pid = a.pid
-WHERE
-    l.locktype = 'advisory'
-    AND l.granted
-    AND l.database = (
-        SELECT d.oid FROM pg_catalog.pg_database AS d
-        WHERE d.datname = current_database()
-    )
-    AND l.objsubid = 1
-    AND l.classid::bigint = (%(key)s::bigint >> 32)
-    AND l.objid::bigint = (%(key)s::bigint & 4294967295);
+    holder,
+    generation,
+    acquired_at,
+    renewed_at,
+    expires_at,
+    extract(EPOCH FROM expires_at - now())::float8 AS expires_in_s
+FROM pgsched.sweep_leader
+WHERE expires_at > now();
 
 -- name: overdue_pending
 -- Cold work already due: only the promotion sweep moves it where workers claim.

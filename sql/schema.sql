@@ -1519,6 +1519,120 @@ CREATE FUNCTION pgsched.schedules_unarmed(max_rows integer DEFAULT 500) RETURNS 
 $$;
 
 --
+-- Name: sweep_leader_acquire(text, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.sweep_leader_acquire(holder text, lease interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(acquired boolean, generation bigint, leader text, expires_at timestamp with time zone, expires_in_s double precision)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    problem text := pgsched.sweep_leader_lease_problem(holder, lease);
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: sweep_leader_acquire: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Compare-and-set: only an expired lease is taken. A concurrent candidate waits for
+    -- this row, then re-reads it, finds it live, and takes nothing.
+    RETURN QUERY
+    UPDATE pgsched.sweep_leader AS l
+       SET holder = sweep_leader_acquire.holder, generation = l.generation + 1,
+           acquired_at = t, renewed_at = t, expires_at = t + lease
+     WHERE l.expires_at <= t
+    RETURNING TRUE, l.generation, l.holder, l.expires_at, extract(EPOCH FROM l.expires_at - t)::float8;
+    IF NOT FOUND THEN
+        RETURN QUERY
+        SELECT FALSE, l.generation, l.holder, l.expires_at, extract(EPOCH FROM l.expires_at - t)::float8
+          FROM pgsched.sweep_leader AS l;
+    END IF;
+END;
+$$;
+
+--
+-- Name: sweep_leader_fence(text, bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.sweep_leader_fence(holder text, generation bigint, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    held record;
+BEGIN
+    PERFORM 1 FROM pgsched.sweep_leader AS l
+     WHERE l.generation = sweep_leader_fence.generation
+       AND l.holder = sweep_leader_fence.holder
+       AND l.expires_at > coalesce(as_of, now())
+       FOR SHARE;
+    IF NOT FOUND THEN
+        SELECT l.holder, l.generation, l.expires_at INTO held FROM pgsched.sweep_leader AS l;
+        RAISE EXCEPTION 'pgsched: sweep leader % generation % no longer leads (generation % of %, until %)',
+            sweep_leader_fence.holder, sweep_leader_fence.generation,
+            held.generation, held.holder, held.expires_at
+            USING ERRCODE = 'PS001';
+    END IF;
+END;
+$$;
+
+--
+-- Name: sweep_leader_lease_problem(text, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.sweep_leader_lease_problem(holder text, lease interval) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN holder IS NULL OR holder = '' THEN 'holder must be a non-empty name'
+        WHEN length(holder) > 200 THEN 'holder must be at most 200 characters'
+        WHEN lease IS NULL OR lease < INTERVAL '1 second' OR lease > INTERVAL '1 hour'
+            THEN 'lease must be between 1 second and 1 hour'
+    END
+$$;
+
+--
+-- Name: sweep_leader_release(text, bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.sweep_leader_release(holder text, generation bigint, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE pgsched.sweep_leader AS l
+       SET expires_at = least(l.expires_at, coalesce(as_of, now()))
+     WHERE l.generation = sweep_leader_release.generation AND l.holder = sweep_leader_release.holder;
+    RETURN FOUND;
+END;
+$$;
+
+--
+-- Name: sweep_leader_renew(text, bigint, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.sweep_leader_renew(holder text, generation bigint, lease interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    problem text := pgsched.sweep_leader_lease_problem(holder, lease);
+    until timestamptz;
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: sweep_leader_renew: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Fenced by the generation: a lease that lapsed unseen by anyone is still this
+    -- holder's (nobody led meanwhile); one taken over since is not. NULL: deposed.
+    UPDATE pgsched.sweep_leader AS l
+       SET renewed_at = t, expires_at = t + lease
+     WHERE l.generation = sweep_leader_renew.generation AND l.holder = sweep_leader_renew.holder
+    RETURNING l.expires_at INTO until;
+    RETURN until;
+END;
+$$;
+
+--
 -- Name: system_identifier(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -3047,6 +3161,20 @@ CREATE TABLE pgsched.settings (
 );
 
 --
+-- Name: sweep_leader; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.sweep_leader (
+    id boolean DEFAULT true NOT NULL,
+    holder text,
+    generation bigint DEFAULT 0 NOT NULL,
+    acquired_at timestamp with time zone,
+    renewed_at timestamp with time zone,
+    expires_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    CONSTRAINT sweep_leader_one_row CHECK (id)
+);
+
+--
 -- Name: task_events_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
 --
 
@@ -3331,6 +3459,13 @@ ALTER TABLE ONLY pgsched.schema_migrations
 
 ALTER TABLE ONLY pgsched.settings
     ADD CONSTRAINT settings_pkey PRIMARY KEY (singleton);
+
+--
+-- Name: sweep_leader sweep_leader_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.sweep_leader
+    ADD CONSTRAINT sweep_leader_pkey PRIMARY KEY (id);
 
 --
 -- Name: task_events task_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -3895,6 +4030,46 @@ GRANT ALL ON FUNCTION pgsched.schedules_unarmed(max_rows integer) TO pgsched_wor
 GRANT ALL ON FUNCTION pgsched.schedules_unarmed(max_rows integer) TO pgsched_admin;
 
 --
+-- Name: FUNCTION sweep_leader_acquire(holder text, lease interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_acquire(holder text, lease interval, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_acquire(holder text, lease interval, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_acquire(holder text, lease interval, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION sweep_leader_fence(holder text, generation bigint, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_fence(holder text, generation bigint, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_fence(holder text, generation bigint, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_fence(holder text, generation bigint, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION sweep_leader_lease_problem(holder text, lease interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_lease_problem(holder text, lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_lease_problem(holder text, lease interval) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_lease_problem(holder text, lease interval) TO pgsched_admin;
+
+--
+-- Name: FUNCTION sweep_leader_release(holder text, generation bigint, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_release(holder text, generation bigint, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_release(holder text, generation bigint, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_release(holder text, generation bigint, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION sweep_leader_renew(holder text, generation bigint, lease interval, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_renew(holder text, generation bigint, lease interval, as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_renew(holder text, generation bigint, lease interval, as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.sweep_leader_renew(holder text, generation bigint, lease interval, as_of timestamp with time zone) TO pgsched_admin;
+
+--
 -- Name: FUNCTION system_identifier(); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -4237,6 +4412,13 @@ GRANT ALL ON TABLE pgsched.schema_migrations TO pgsched_admin;
 
 GRANT SELECT ON TABLE pgsched.settings TO pgsched_worker;
 GRANT ALL ON TABLE pgsched.settings TO pgsched_admin;
+
+--
+-- Name: TABLE sweep_leader; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.sweep_leader TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.sweep_leader TO pgsched_admin;
 
 --
 -- Name: SEQUENCE task_events_id_seq; Type: ACL; Schema: pgsched; Owner: -

@@ -15,8 +15,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgsched.sweeps import LEADER_LOCK_KEY
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PGSCHED = str(Path(sys.executable).with_name("pgsched"))
 
@@ -228,7 +226,7 @@ def test_status_flags_what_is_stuck(conn: psycopg.Connection, connect: Any, db_e
 
     out = run_cli(db_env, "status").stdout
     assert "sweeper leader: none" in out
-    assert "1 PENDING task(s) overdue" in out and "no sweeper holds the leader lock" in out
+    assert "1 PENDING task(s) overdue" in out and "no sweeper holds the leader lease" in out
     assert f"task {leased} (stuck_job, tenant default) is PROCESSING on w-1" in out
     assert f"task {due_now} " not in out
     assert f"schedule {sid} (rep, tenant default) is quarantined: handler raised 5 times" in out
@@ -238,16 +236,19 @@ def test_status_flags_what_is_stuck(conn: psycopg.Connection, connect: Any, db_e
     assert data["sweeper_leader"] is None and data["overdue_pending"] == 1
     assert [t["id"] for t in data["lease_expired"]] == [leased]
 
-    # A sweeper's lock, taken by another session as the sweeper takes it: seen in pg_locks.
-    leader = connect()
-    assert leader.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,)).fetchone()[0]
-    pid = leader.info.backend_pid
+    # The lease, taken from plain SQL as a sweeper takes it: seen in the lease row.
+    taken = conn.execute(
+        "SELECT acquired, generation FROM pgsched.sweep_leader_acquire('sweeper-x', '1 minute')"
+    ).fetchone()
+    assert taken is not None and taken[0] is True
     led = as_json(db_env, "status")
-    assert led["sweeper_leader"]["pid"] == pid
+    assert led["sweeper_leader"]["holder"] == "sweeper-x"
+    assert led["sweeper_leader"]["generation"] == taken[1]
     assert not any("PENDING" in flag for flag in led["flags"])
-    # A lock on another key is not leadership.
-    leader.execute("SELECT pg_advisory_unlock(%s)", (LEADER_LOCK_KEY,))
-    leader.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY + 1,))
+    text = run_cli(db_env, "status").stdout
+    assert f"sweeper leader: sweeper-x (lease generation {taken[1]}," in text
+    # A lease that ran out (its leader died) is no leadership.
+    conn.execute("UPDATE pgsched.sweep_leader SET expires_at = now() - interval '1 second'")
     assert as_json(db_env, "status")["sweeper_leader"] is None
 
 

@@ -21,8 +21,6 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from worker_helpers import skewed_env
 
-from pgsched.sweeps import LEADER_LOCK_KEY
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PGSCHED = str(Path(sys.executable).with_name("pgsched"))
 
@@ -48,9 +46,11 @@ def results(checks: dict[str, dict[str, str]]) -> dict[str, str]:
 
 @pytest.fixture
 def leader(connect: Any) -> psycopg.Connection:
-    """A session holding the sweep leader's lock, as a running sweeper does."""
+    """The sweep leader's lease, taken as a running sweeper takes it."""
     session = connect()
-    row = session.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,)).fetchone()
+    row = session.execute(
+        "SELECT acquired FROM pgsched.sweep_leader_acquire('doctor-test', '10 minutes')"
+    ).fetchone()
     assert row == (True,)
     return session
 
@@ -89,7 +89,7 @@ def test_a_healthy_database_passes_every_check(admin_env: dict[str, str], leader
         "clock": "pass",
     }
     assert code == 0
-    assert str(leader.info.backend_pid) in checks["sweeper"]["detail"]
+    assert "leader is doctor-test (lease generation 1," in checks["sweeper"]["detail"]
     assert "pgsched_admin" in checks["roles"]["detail"]
     table = subprocess.run(
         [PGSCHED, "doctor"],
@@ -207,7 +207,7 @@ def test_an_expired_lease_warns_with_a_leader_and_fails_without(
     assert checks["leases"]["result"] == "fail" and code == 1
     assert f"task(s) {task_id} and no sweeper leads" in checks["leases"]["detail"]
     session = connect()
-    session.execute("SELECT pg_advisory_lock(%s)", (LEADER_LOCK_KEY,))
+    session.execute("SELECT pgsched.sweep_leader_acquire('doctor-test', '10 minutes')")
     code, checks = doctor(db_env)
     assert checks["leases"]["result"] == "warn" and code == 0
 

@@ -400,14 +400,14 @@ def test_one_occurrence_per_fire_time_with_racing_and_killed_sweepers(
 # -- 4b. leader election between `pgsched sweeper` processes ------------------------------
 
 
-def leader_locks(conn: psycopg.Connection) -> list[int]:
-    return [
-        r[0]
-        for r in conn.execute(
-            "SELECT l.pid FROM pg_locks AS l JOIN pg_database AS d ON d.oid = l.database"
-            " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
-        ).fetchall()
-    ]
+def lease_row(conn: psycopg.Connection) -> dict[str, Any]:
+    """The leader lease: holder, generation, and whether it runs (expires in the future)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "SELECT holder, generation, expires_at > now() AS live FROM pgsched.sweep_leader"
+        ).fetchone()
+    assert row is not None
+    return row
 
 
 def armed_task(conn: psycopg.Connection, schedule_id: int) -> int | None:
@@ -417,19 +417,26 @@ def armed_task(conn: psycopg.Connection, schedule_id: int) -> int | None:
     return row[0] if row else None
 
 
+LEASE_S = 3.0
+
+
 def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_dies(
     conn: psycopg.Connection, db_env: dict[str, str], processes: Processes
 ) -> None:
     elected = "sweeper became leader"
-    for name in ("sweeper-a", "sweeper-b"):
-        processes.start(name, "sweeper", "--leader-retry", "1", "--log-level", "INFO")
+    lease = ("--leader-retry", "1", "--leader-lease", str(LEASE_S))
+    for name in ("sweeper-a", "sweeper-b", "sweeper-c"):
+        processes.start(name, "sweeper", *lease, "--log-level", "INFO")
     first = wait_until(lambda: processes.logged(elected), 30, what="a sweep leader")
-    time.sleep(3)  # three of the follower's retries (--leader-retry 1)
+    # Three of the followers' retries and two of the leader's renewals (every lease / 3).
+    time.sleep(3)
     assert processes.logged(elected) == first and len(first) == 1, processes.logs()
     leader = first[0]
-    follower = 1 - leader
-    assert len(leader_locks(conn)) == 1
-    assert processes.proc(0).poll() is None and processes.proc(1).poll() is None
+    followers = [i for i in range(3) if i != leader]
+    held = lease_row(conn)
+    assert held["live"] and held["generation"] == 1, held
+    assert f"holder {held['holder']}" in processes.log(leader)
+    assert all(processes.proc(i).poll() is None for i in range(3))
 
     # The leader runs the sweeps: a schedule made without a first fire time is armed at
     # once (NOTIFY pgsched_recurring), not at the next minute.
@@ -443,18 +450,22 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_dies(
     once = run_cli(db_env, "sweeper", "--once")
     assert once.returncode == 0 and once.stdout == "", once.stdout + once.stderr
 
+    # SIGKILL: nothing releases the lease; a follower takes it once it runs out.
     processes.proc(leader).kill()
     killed_at = time.monotonic()
-    wait_until(
-        lambda: elected in processes.log(follower),
+    new_leader = wait_until(
+        lambda: [i for i in followers if elected in processes.log(i)],
         15,
-        what="the follower to take over",
+        what="a follower to take over",
         interval=0.02,
     )
     takeover = time.monotonic() - killed_at
-    assert takeover < 5.0, f"took {takeover:.2f}s\n{processes.logs()}"
-    assert processes.log(follower).count(elected) == 1
-    wait_until(lambda: len(leader_locks(conn)) == 1, 5, what="one leader lock")
+    assert takeover < LEASE_S + 1.0, f"took {takeover:.2f}s\n{processes.logs()}"
+    assert len(new_leader) == 1, processes.logs()
+    time.sleep(1.5)  # the other follower keeps trying, and stays a follower
+    assert [i for i in followers if elected in processes.log(i)] == new_leader
+    taken = lease_row(conn)
+    assert taken["live"] and taken["generation"] == 2 and taken["holder"] != held["holder"]
 
     made = conn.execute(
         "SELECT pgsched.schedule_recurring(task_type => 'tick', cron_expression => '*/5 * * * *')"
@@ -462,11 +473,19 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_dies(
     assert made is not None
     wait_until(lambda: armed_task(conn, made[0]), 10, what="the new leader to arm the schedule")
 
-    # SIGTERM: the leader stops cleanly and lets go of the lock.
-    proc = processes.proc(follower)
+    # SIGTERM: the leader stops cleanly and releases the lease; the last one takes over at
+    # its next try, well within a lease period.
+    proc = processes.proc(new_leader[0])
     proc.send_signal(signal.SIGTERM)
+    stopped_at = time.monotonic()
     assert proc.wait(10) == 0, processes.logs()
-    wait_until(lambda: leader_locks(conn) == [], 5, what="the lock to be released")
+    last = next(i for i in followers if i != new_leader[0])
+    wait_until(lambda: elected in processes.log(last), 10, what="the last sweeper to lead")
+    assert time.monotonic() - stopped_at < LEASE_S, processes.logs()
+    assert lease_row(conn)["generation"] == 3
+    processes.proc(last).send_signal(signal.SIGTERM)
+    assert processes.proc(last).wait(10) == 0, processes.logs()
+    wait_until(lambda: not lease_row(conn)["live"], 5, what="the lease to be released")
     # `scheduler`, the old name, still works for one release, and says so.
     once = run_cli(db_env, "scheduler", "--once")
     assert once.returncode == 0, once.stderr

@@ -7,7 +7,7 @@ The checks, and where each line is drawn:
   database      the DSN connects (fail otherwise: nothing else can be checked)
   roles         the login is a member of a pgsched role (warn: a superuser; fail: none)
   schema        the database is migrated to exactly the version this pgsched ships
-  sweeper       a sweeper holds the leader lock (warn: none; fail: none and cold work overdue)
+  sweeper       a sweeper holds the leader lease (warn: none; fail: none and cold work overdue)
   autovacuum    on for the hot partition and the event table (fail when off)
   dead tuples   dead rows of those tables under 20 % of live ones (warn above, from 1,000)
   xmin          no transaction open longer than --max-xact-age (fail: it keeps vacuum from
@@ -30,7 +30,7 @@ import click
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched.cli.findings import read_findings
+from pgsched.cli.findings import describe_leader, read_findings
 from pgsched.cli.options import json_output, print_json
 from pgsched.cli.root import CliState, message_for
 from pgsched.migrations import schema_version
@@ -164,8 +164,7 @@ def _schema(conn: psycopg.Connection[Any]) -> Check:
 
 def _sweeper(leader: dict[str, Any] | None, overdue: int) -> Check:
     if leader is not None:
-        name = leader["application_name"] or "?"
-        return Check("sweeper", "pass", f"leader is pid {leader['pid']} ({name})")
+        return Check("sweeper", "pass", f"leader is {describe_leader(leader)}")
     if overdue:
         return Check(
             "sweeper",
@@ -176,7 +175,7 @@ def _sweeper(leader: dict[str, Any] | None, overdue: int) -> Check:
     return Check(
         "sweeper",
         "warn",
-        "no sweeper holds the leader lock: nothing promotes cold"
+        "no sweeper holds the leader lease: nothing promotes cold"
         " work, arms schedules or rescues leases",
     )
 

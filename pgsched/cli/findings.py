@@ -1,8 +1,8 @@
 """What is stuck, read from the database: the facts `status` flags and `doctor` judges.
 
-The sweep leader holds a session advisory lock (pgsched.sweeps.LEADER_LOCK_KEY); whether a
-sweeper leads is read from pg_locks, so it is seen from any session, and a leader that died
-is gone as soon as its session is.
+The sweep leader holds a lease row (pgsched.sweep_leader, see pgsched.leadership); a sweeper
+leads while its lease runs, so a leader that died is gone once its lease expires (within
+one lease period).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgsched.queries import query
-from pgsched.sweeps import LEADER_LOCK_KEY
 
 # How many lease-expired tasks a report names; the count is complete either way.
 NAMED_TASKS = 20
@@ -34,7 +33,7 @@ class Findings:
         if self.overdue_pending and self.leader is None:
             lines.append(
                 f"{self.overdue_pending} PENDING task(s) overdue (oldest"
-                f" {self.oldest_overdue_s or 0:.0f} s) and no sweeper holds the leader lock:"
+                f" {self.oldest_overdue_s or 0:.0f} s) and no sweeper holds the leader lease:"
                 " nothing will promote them; start `pgsched sweeper`"
             )
         for task in self.lease_expired:
@@ -61,9 +60,17 @@ class Findings:
         }
 
 
+def describe_leader(leader: dict[str, Any]) -> str:
+    """`host:pid:abc123 (lease generation 7, 12 s left)`: who leads, for a person."""
+    return (
+        f"{leader['holder']} (lease generation {leader['generation']},"
+        f" {leader['expires_in_s']:.0f} s left)"
+    )
+
+
 def sweep_leader(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query("sweep_leader_held"), {"key": LEADER_LOCK_KEY}).fetchone()
+        return cur.execute(query("sweep_leader_held")).fetchone()
 
 
 def read_findings(conn: psycopg.Connection[Any]) -> Findings:

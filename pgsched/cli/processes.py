@@ -17,7 +17,9 @@ from pgsched.cli.options import LOG_LEVEL
 from pgsched.cli.root import CliState, with_connect_timeout
 from pgsched.dsn import resolve_dsn
 from pgsched.lanes import Lane
+from pgsched.leadership import DEFAULT_LEASE_SECONDS
 from pgsched.observability.logs import LOG_FORMATS, masked_database, start_logging
+from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, listen_target, parse_prepare_threshold
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -31,6 +33,29 @@ LOG_FORMAT = click.option(
     default=None,
     help="text, or json: one object per line (default: the global --log-format).",
 )
+
+LISTEN_DSN = click.option(
+    "--listen-dsn",
+    envvar="PGSCHED_LISTEN_DSN",
+    default=None,
+    help="Where LISTEN runs: a direct Postgres connection when --dsn is a transaction"
+    " pooler, or 'none' (no wake-ups: poll). Default: --dsn. Env: PGSCHED_LISTEN_DSN.",
+)
+PREPARE_THRESHOLD = click.option(
+    "--prepare-threshold",
+    envvar="PGSCHED_PREPARE_THRESHOLD",
+    default=str(DEFAULT_PREPARE_THRESHOLD),
+    show_default=True,
+    help="Prepare a statement on the server after this many runs on a connection; 'none'"
+    " never does (for a transaction pooler). Env: PGSCHED_PREPARE_THRESHOLD.",
+)
+
+
+def listen_dsn_option(listen_dsn: str | None) -> str | None:
+    """--listen-dsn as given ('none' kept), with a connect timeout when it names a database."""
+    if listen_dsn is None or listen_target("", listen_dsn) is None:
+        return listen_dsn
+    return with_connect_timeout(listen_dsn)
 
 
 def metrics_options(command: Any) -> Any:
@@ -284,6 +309,8 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     " series: with many tenants this can overwhelm Prometheus (cardinality).",
 )
 @redis_options(mirror=False)
+@LISTEN_DSN
+@PREPARE_THRESHOLD
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
 @LOG_FORMAT
 @click.pass_obj
@@ -312,6 +339,8 @@ def worker(
     redis_url: str | None,
     redis_namespace: str,
     redis_allow_eviction: bool,
+    listen_dsn: str | None,
+    prepare_threshold: str,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -344,6 +373,8 @@ def worker(
         hot_tier=hot_tier_config(
             redis_url, redis_namespace=redis_namespace, redis_allow_eviction=redis_allow_eviction
         ),
+        listen_dsn=listen_dsn_option(listen_dsn),
+        prepare_threshold=parse_prepare_threshold(prepare_threshold),
     )
     # The App's own DSN counts as naming a database; neither starts the embedded one.
     dsn = with_connect_timeout(resolve_dsn(state.dsn or app._dsn))
@@ -403,6 +434,16 @@ def worker(
 )
 @metrics_options
 @redis_options(mirror=True)
+@click.option(
+    "--leader-lease",
+    type=float,
+    default=DEFAULT_LEASE_SECONDS,
+    show_default=True,
+    help="Seconds the leader's lease lasts unrenewed (renewed every third of it): a leader"
+    " that dies is replaced within this.",
+)
+@LISTEN_DSN
+@PREPARE_THRESHOLD
 @click.option("--log-level", type=LOG_LEVEL, default="INFO", show_default=True, help="Log level.")
 @LOG_FORMAT
 @click.pass_obj
@@ -424,6 +465,9 @@ def sweeper(
     redis_mirror_interval: float,
     redis_reconcile_interval: float,
     redis_window_max: int,
+    leader_lease: float,
+    listen_dsn: str | None,
+    prepare_threshold: str,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -462,11 +506,12 @@ def sweeper(
 
         # A Redis that may evict is refused here (ConfigError: exit 2).
         sweeps.append(open_mirror(hot_tier))
+    threshold = parse_prepare_threshold(prepare_threshold)
     if once:
-        for name, counts in run_all_once(dsn, sweeps).items():
+        results = run_all_once(dsn, sweeps, leader_lease=leader_lease, prepare_threshold=threshold)
+        for name, counts in results.items():
             click.echo(f"{name}: {json.dumps(counts)}")
         return
-    log_startup("sweeper", dsn, leader_retry=leader_retry)
     metrics = None
     if metrics_port is not None:
         from pgsched.observability.metrics import SweeperMetrics, new_registry
@@ -475,7 +520,15 @@ def sweeper(
         registry = new_registry()
         metrics = SweeperMetrics(registry, queue_depth_interval)
         sweeps.append(metrics.sweep)
-    runner = Sweeper(dsn, sweeps, leader_retry=leader_retry)
+    runner = Sweeper(
+        dsn,
+        sweeps,
+        leader_retry=leader_retry,
+        leader_lease=leader_lease,
+        listen_dsn=listen_dsn_option(listen_dsn),
+        prepare_threshold=threshold,
+    )
+    log_startup("sweeper", dsn, leader_retry=leader_retry, leader_lease=leader_lease)
     if metrics is not None and metrics_port is not None:
         metrics.follow(lambda: runner.is_leader)
         serve_metrics(metrics_host, metrics_port, registry, lambda: None, Readiness(dsn).problem)

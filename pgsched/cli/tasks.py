@@ -12,7 +12,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from pgsched.app import App
-from pgsched.cli.findings import read_findings
+from pgsched.cli.findings import describe_leader, read_findings
 from pgsched.cli.options import (
     JSON_OBJECT,
     JSON_VALUE,
@@ -285,11 +285,7 @@ def status(state: CliState, as_json: bool) -> None:
     click.echo(render_table(rows, columns))
     leader = findings.leader
     click.echo("")
-    click.echo(
-        f"sweeper leader: pid {leader['pid']} ({leader['application_name'] or '?'})"
-        if leader
-        else "sweeper leader: none"
-    )
+    click.echo(f"sweeper leader: {describe_leader(leader) if leader else 'none'}")
     for line in findings.flags():
         click.echo(f"! {line}")
 

@@ -9,11 +9,13 @@ message names the command-line option and the value given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pgsched.errors import ConfigError
 from pgsched.hot_tier.config import HotTierConfig
 from pgsched.lanes import Lane
 from pgsched.option_checks import require_int, require_rate, require_seconds
+from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, listen_target, parse_prepare_threshold
 
 # The option each field is set by on `pgsched worker`: refusals name what the operator typed.
 OPTION_NAMES = {
@@ -82,6 +84,11 @@ class WorkerConfig:
     lane_overrides: dict[Lane, LaneSettings] = field(default_factory=dict)
     # Claim through the Redis hot tier (`--redis`); None: Postgres alone.
     hot_tier: HotTierConfig | None = None
+    # Behind a transaction pooler (see pgsched.pooler): where LISTEN runs (None: the
+    # database's DSN; 'none': nowhere, the lanes poll), and psycopg's prepare threshold
+    # (None: never prepare, which a transaction pooler needs).
+    listen_dsn: str | None = None
+    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
 
     def __post_init__(self) -> None:
         if not self.lanes:
@@ -104,6 +111,17 @@ class WorkerConfig:
         require_seconds(names["wakeup_debounce"], self.wakeup_debounce, zero_ok=True)
         if self.batch_rate is not None:
             require_rate(names["batch_rate"], self.batch_rate)
+        parse_prepare_threshold(self.prepare_threshold)
+        listen_target("", self.listen_dsn)
+
+    @property
+    def connect_kwargs(self) -> dict[str, Any]:
+        """What every connection of the worker is opened with."""
+        return {"prepare_threshold": self.prepare_threshold}
+
+    def listen_target(self, dsn: str) -> str | None:
+        """Where the worker's LISTEN runs; None: nowhere."""
+        return listen_target(dsn, self.listen_dsn)
 
     def lane_settings(self, lane: Lane) -> LaneSettings:
         if lane in self.lane_overrides:

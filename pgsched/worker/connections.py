@@ -103,12 +103,14 @@ def async_pool(dsn: str, min_size: int, max_size: int, **kwargs: Any) -> Checked
     return pool
 
 
-def sync_pool(dsn: str, max_size: int) -> CheckedPool:
+def sync_pool(dsn: str, max_size: int, **kwargs: Any) -> CheckedPool:
     """The pool of plain transactional handlers, made once, not opened yet: it keeps one
     connection, opened by `open_async_pool` before the async pool grows. With few server
     slots the async pool growing first could take every slot, and these handlers would
     wait for a connection forever (each attempt timing out while it holds a worker slot)."""
-    return CheckedPool(dsn, min_size=1, max_size=max_size, open=False, reconnect_failed=_gave_up)
+    return CheckedPool(
+        dsn, min_size=1, max_size=max_size, open=False, reconnect_failed=_gave_up, **kwargs
+    )
 
 
 async def open_async_pool(

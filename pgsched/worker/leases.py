@@ -48,9 +48,11 @@ class LeaseKeeper(threading.Thread):
         lease_seconds: float,
         on_lost: Callable[[int], object] | None = None,
         on_cancel: Callable[[int], object] | None = None,
+        **connect_kwargs: Any,
     ) -> None:
         super().__init__(name="pgsched-heartbeat", daemon=True)
         self._dsn = dsn
+        self._connect_kwargs = connect_kwargs
         self._lease = timedelta(seconds=lease_seconds)
         self._interval = max(lease_seconds / 3, 0.2)
         self._held: dict[int, Any] = {}
@@ -88,7 +90,7 @@ class LeaseKeeper(threading.Thread):
                 self._conn.close()
                 log.info("heartbeat connection lost; reconnecting")
             self._conn = None
-            self._conn = psycopg.connect(self._dsn, autocommit=True)
+            self._conn = psycopg.connect(self._dsn, autocommit=True, **self._connect_kwargs)
         return self._conn
 
     def _beat(self, held: dict[int, Any]) -> list[Any]:

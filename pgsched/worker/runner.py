@@ -90,7 +90,7 @@ class ConnectionSource:
             try:
                 # The pool's connections are autocommit; this one holds a transaction.
                 await conn.set_autocommit(False)
-                await conn.execute(query("session_tenant_set"), params)
+                await conn.execute(query("transaction_tenant_set"), params)
             except BaseException:
                 await conn.close()
                 await self._async_pool.putconn(conn)
@@ -103,7 +103,7 @@ class ConnectionSource:
         def acquire_sync() -> Any:
             conn = pool.getconn()
             try:
-                conn.execute(query("session_tenant_set"), params)
+                conn.execute(query("transaction_tenant_set"), params)
             except BaseException:
                 conn.close()
                 pool.putconn(conn)

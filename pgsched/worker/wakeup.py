@@ -3,6 +3,10 @@
 The same connection hears cancel requests (`pgsched_cancel`, the task id as payload) and
 hands them to `on_cancel`; the heartbeat thread asks too, in case one is lost.
 
+LISTEN needs a server session of its own, which a transaction pooler does not keep: behind
+one, it runs on a direct connection (`--listen-dsn`), or nowhere (`--listen-dsn none`: no
+wake-ups, the lanes find new work at their next poll).
+
 One dedicated autocommit connection (TCP keepalives on) listens to the lanes' channels.
 When it drops (server restart, `pg_terminate_backend`, network) it reconnects with
 backoff, and wakes every lane once on reconnecting, since notifications sent while it was
@@ -34,7 +38,7 @@ KEEPALIVES = {
 class Wakeups:
     def __init__(
         self,
-        dsn: str,
+        dsn: str | None,
         lanes: tuple[Lane, ...],
         on_cancel: Callable[[int], object] | None = None,
     ) -> None:
@@ -50,10 +54,16 @@ class Wakeups:
             event.set()
 
     async def run(self) -> None:
+        dsn = self._dsn
+        if dsn is None:
+            log.info("no LISTEN (--listen-dsn none): lanes poll at their idle interval")
+            self.connected.set()
+            await asyncio.Future()  # never done: a worker loop must not end on its own
+            return
         backoff = 0.05
         while True:
             try:
-                conninfo = psycopg.conninfo.make_conninfo(self._dsn, **KEEPALIVES)
+                conninfo = psycopg.conninfo.make_conninfo(dsn, **KEEPALIVES)
                 conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
                 async with conn:
                     channels = [*self._by_channel]

@@ -153,10 +153,13 @@ class Worker:
             self.config.lease_seconds,
             on_lost=lambda task_id: loop.call_soon_threadsafe(self._on_lease_lost, task_id),
             on_cancel=lambda task_id: loop.call_soon_threadsafe(self._on_cancel_requested, task_id),
+            **self.config.connect_kwargs,
         )
         await asyncio.to_thread(keeper.connect)
         keeper.start()
-        wakeups = Wakeups(self.dsn, lanes, on_cancel=self._on_cancel_requested)
+        wakeups = Wakeups(
+            self.config.listen_target(self.dsn), lanes, on_cancel=self._on_cancel_requested
+        )
         listen = asyncio.create_task(wakeups.run(), name="pgsched-listen")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wakeups.connected.wait(), 2.0)
@@ -165,12 +168,14 @@ class Worker:
             min_size=len(lanes) + 2,
             max_size=2 * len(lanes) + 4 + (concurrency if transactional else 0),
             # Every hot-path call is one statement: autocommit spares a BEGIN and a COMMIT.
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **self.config.connect_kwargs},
         )
         if any(not r.is_async for r in transactional):
             # Made once, here: plain transactional handlers share it from many threads. Its
             # kept connection comes before the async pool grows (few slots: both get one).
-            self._sync_pool = sync_pool(self.dsn, self.config.concurrency)
+            self._sync_pool = sync_pool(
+                self.dsn, self.config.concurrency, kwargs=self.config.connect_kwargs
+            )
         if not await open_async_pool(pool, self._stop_requested, plain_pool=self._sync_pool):
             listen.cancel()
             keeper.stop()
@@ -312,7 +317,12 @@ class Worker:
                 sweeps.append(self.sweeper_metrics.sweep)
             if hot_tier is not None:
                 sweeps.append(hot_tier.mirror())
-            scheduler = Sweeper(self.dsn, sweeps)
+            scheduler = Sweeper(
+                self.dsn,
+                sweeps,
+                listen_dsn=self.config.listen_dsn,
+                prepare_threshold=self.config.prepare_threshold,
+            )
             if self.sweeper_metrics is not None:
                 self.sweeper_metrics.follow(lambda: scheduler is not None and scheduler.is_leader)
         if scheduler is not None:
@@ -504,7 +514,7 @@ class Worker:
 
     def _arm_next(self, task_ids: list[int]) -> None:
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            with psycopg.connect(self.dsn, autocommit=True, **self.config.connect_kwargs) as conn:
                 for task_id in task_ids:
                     arm_after_task(conn, task_id)
         except psycopg.Error as exc:
