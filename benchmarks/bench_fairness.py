@@ -4,6 +4,7 @@ across worker processes.
     python -m benchmarks.bench_fairness                          # A: 1,000,000 due tasks
     python -m benchmarks.bench_fairness --backlog 200000 --cap 300
     python -m benchmarks.bench_fairness --dsn postgresql://...   # an existing database
+    python -m benchmarks.bench_fairness --cases 3                # the claim's cost only
 
 Case 1, fairness. Tenant A has `--backlog` no-op tasks due (NORMAL lane, seeded set-based,
 due over the last hour); `--processes` worker processes drain the lane while a producer
@@ -20,12 +21,19 @@ Case 2, a per-type concurrency limit of 5 (pgsched.limit_set) across 4 worker pr
 Reported: the most PROCESSING seen, the share of samples at exactly 5, tasks per second
 (the limit's ceiling is 5 / 0.05 s = 100/s).
 
+Case 3, the claim's own cost: one session claims batches of 100 from a backlog of 300,000
+due tasks of tenant A (and, in the two-tenant variant, 30,000 of tenant B), fairness on
+and off alternating every 5 claims, 200 claims per mode; reported: the median ms per claim
+of each mode and their ratio. No worker runs: this is the SQL alone (commit included,
+synchronous_commit off for the session).
+
 Without --dsn a throwaway, durable Postgres cluster is started (benchmarks/pgserver.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import threading
 import time
@@ -40,6 +48,7 @@ from benchmarks import measure
 from benchmarks.measure import note, one, step
 
 B_TASKS = 100
+CLAIM_100 = "SELECT id FROM pgsched.task_claim_many('NORMAL', 100, 'w', '5 minutes')"
 B_RATE = 10.0
 
 SEED_SQL = """
@@ -278,6 +287,38 @@ def concurrency_run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def claim_cost(dsn: str, tenant_b: int) -> dict[str, Any]:
+    step(f"case 3: claim cost, tenant A 300,000 due, tenant B {tenant_b:,} due")
+    seed_backlog(dsn, 300_000)
+    per_mode: dict[str, list[float]] = {"on": [], "off": []}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO pgsched.tasks (task_type, tenant_id, next_run_at, priority, lane, status)"
+            " SELECT 'noop', 'B', now() - interval '1 minute', 5, 'NORMAL', 'QUEUED'"
+            " FROM generate_series(1, %s)",
+            (tenant_b,),
+        )
+        conn.execute("VACUUM ANALYZE pgsched.tasks_hot")
+        with psycopg.connect(dsn, autocommit=True) as claimer:
+            claimer.execute("SET synchronous_commit = off")
+            for _ in range(40):
+                for mode in ("off", "on"):
+                    conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', %s)", (mode == "on",))
+                    started = time.perf_counter()
+                    for _ in range(5):
+                        claimer.execute(CLAIM_100).fetchall()
+                    per_mode[mode].append((time.perf_counter() - started) / 5 * 1000)
+        conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', true)")
+    on = statistics.median(per_mode["on"])
+    off = statistics.median(per_mode["off"])
+    note(f"median ms per claim of 100: on {on:.2f}, off {off:.2f}, on/off {on / off:.3f}")
+    return {
+        "tenant_b_due": tenant_b,
+        "ms_per_claim_median": {"on": round(on, 2), "off": round(off, 2)},
+        "on_over_off": round(on / off, 3),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_fairness", description=__doc__.split("\n\n")[0]
@@ -288,16 +329,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--window", type=float, default=30.0, help="throughput window, s (30)")
     parser.add_argument("--cap", type=float, default=600.0, help="longest run per mode, s")
-    parser.add_argument("--skip-limit", action="store_true", help="case 1 only")
+    parser.add_argument(
+        "--cases", default="1,2,3", help="which cases to run, comma-separated (1,2,3)"
+    )
     parser.add_argument("--dsn", default=None, help="benchmark this database instead")
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "fairness.json")
     args = parser.parse_args(argv)
+    cases = {c.strip() for c in args.cases.split(",")}
+    runs: list[dict[str, Any]] = []
+    ratio = None
     with measure.database(args.dsn) as dsn:
-        runs = [fairness_run(dsn, fair, args) for fair in (True, False)]
-        on, off = runs
-        ratio = on["throughput"]["tasks_per_s"] / max(off["throughput"]["tasks_per_s"], 1)
-        step(f"throughput with fairness on / off: {ratio:.3f}")
-        limit = None if args.skip_limit else concurrency_run(dsn, args)
+        if "1" in cases:
+            runs = [fairness_run(dsn, fair, args) for fair in (True, False)]
+            on, off = runs
+            ratio = on["throughput"]["tasks_per_s"] / max(off["throughput"]["tasks_per_s"], 1)
+            step(f"throughput with fairness on / off: {ratio:.3f}")
+        limit = concurrency_run(dsn, args) if "2" in cases else None
+        cost = [claim_cost(dsn, b) for b in (0, 30_000)] if "3" in cases else None
     measure.write_json(
         args.out,
         {
@@ -305,8 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": " ".join(["python -m benchmarks.bench_fairness", *(argv or sys.argv[1:])]),
             "machine": measure.machine_info(),
             "fairness": runs,
-            "throughput_on_over_off": round(ratio, 3),
+            "throughput_on_over_off": None if ratio is None else round(ratio, 3),
             "concurrency_limit": limit,
+            "claim_cost": cost,
         },
     )
     return 0
