@@ -8,6 +8,7 @@
 #   chromium                    the dashboard's browser tests drive it (Playwright)
 #   faketime (optional)         the clock-skew tests shift a process's host clock
 #   redis-server                the Redis hot tier's tests start their own throwaway server
+#   pgbouncer                   the transaction-pooler tests start their own throwaway one
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -59,6 +60,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
         missing+=(redis-server)
     else
         say "the Redis hot tier's tests need redis-server: sudo apt-get install -y redis-server"
+    fi
+fi
+# The PgBouncer tests start their own pgbouncer (transaction mode); without it they fail
+# naming it. Debian installs it in /usr/sbin, outside a non-root user's PATH.
+if ! command -v pgbouncer >/dev/null 2>&1 && [[ ! -x /usr/sbin/pgbouncer ]]; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        missing+=(pgbouncer)
+    else
+        say "the PgBouncer tests need pgbouncer: sudo apt-get install -y pgbouncer"
     fi
 fi
 
