@@ -3057,10 +3057,10 @@ CREATE VIEW pgsched.task_runs AS
             e.to_status,
             e.detail
            FROM pgsched.task_events e
-          WHERE ((e.task_id = s.task_id) AND (e.id > s.id) AND (e.from_status = 'PROCESSING'::pgsched.task_status))
+          WHERE ((e.task_id = s.task_id) AND (e.id > s.id) AND (e.from_status = 'PROCESSING'::pgsched.task_status) AND (e.to_status <> 'PROCESSING'::pgsched.task_status))
           ORDER BY e.id
          LIMIT 1) f ON (true))
-  WHERE (s.to_status = 'PROCESSING'::pgsched.task_status);
+  WHERE ((s.to_status = 'PROCESSING'::pgsched.task_status) AND (s.from_status <> 'PROCESSING'::pgsched.task_status));
 
 --
 -- Name: run_history; Type: VIEW; Schema: pgsched; Owner: -

@@ -423,3 +423,28 @@ def test_a_producer_bound_to_a_tenant_cannot_cancel_another_tenants_task(
     assert task(conn, mine)["cancel_requested_by"] == producer.info.user
     assert task(conn, theirs)["cancel_requested_at"] is None
     assert task(conn, theirs_queued)["status"] == "QUEUED"
+
+
+# --- the record read back ------------------------------------------------------------------
+
+
+def test_a_cancel_request_is_neither_a_run_nor_its_end(conn: psycopg.Connection) -> None:
+    """task_runs (and pgsched history) read a claim and its outcome; the request between
+    them (PROCESSING -> PROCESSING) is neither a new run nor the run's end."""
+    task_id = schedule(conn)
+    token = claim(conn)[task_id]
+    cancel(conn, task_id, "runaway")
+
+    def runs() -> list[tuple[int, str]]:
+        rows = conn.execute(
+            "SELECT attempt, outcome FROM pgsched.task_runs WHERE task_id = %s", (task_id,)
+        ).fetchall()
+        return [(int(r[0]), r[1]) for r in rows]
+
+    assert runs() == [(1, "RUNNING")]
+    finish(conn, task_id, token, "CANCELLED", "the async handler was cancelled")
+    assert runs() == [(1, "CANCELLED")]
+    detail = conn.execute(
+        "SELECT detail FROM pgsched.run_history WHERE task_id = %s", (task_id,)
+    ).fetchone()
+    assert detail is not None and detail[0].startswith(f"cancelled by {conn.info.user}: runaway")

@@ -199,6 +199,9 @@ def test_dashboard_cancel_asks_first_needs_csrf_and_records_the_user(
     assert row["cancel_reason"] == "runaway"
     assert row["cancel_requested_by"].endswith(f"via dashboard (role {conn.info.user})")
     assert "cancel requested by " in done.text  # the request is on the task's timeline
+    # ... and is neither an attempt of its own nor the end of the one that runs.
+    attempts = done.text.split('id="attempts"')[1].split("</table>")[0]
+    assert attempts.count("<tr><td>") == 1 and "<td>RUNNING</td>" in attempts
 
 
 def test_dashboard_read_only_offers_no_cancel(

@@ -476,12 +476,21 @@ def create_app(config: DashboardConfig) -> Starlette:
 
 
 def _attempts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per attempt: its start (the claim) and how it ended (the next event)."""
+    """One row per attempt: its start (the claim) and how it ended (the next event out of
+    PROCESSING). A cancel request or a stale report changes no status: neither starts
+    nor ends an attempt."""
     attempts: list[dict[str, Any]] = []
     for i, e in enumerate(events):
-        if e["to_status"] != "PROCESSING":
+        if e["to_status"] != "PROCESSING" or e["from_status"] == "PROCESSING":
             continue
-        end = next((x for x in events[i + 1 :] if x["from_status"] == "PROCESSING"), None)
+        end = next(
+            (
+                x
+                for x in events[i + 1 :]
+                if x["from_status"] == "PROCESSING" and x["to_status"] != "PROCESSING"
+            ),
+            None,
+        )
         attempts.append(
             {
                 "attempt": e["attempt"],
