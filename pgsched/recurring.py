@@ -106,7 +106,12 @@ def is_row_fault(exc: Exception) -> bool:
 
 
 def quarantine(conn: psycopg.Connection[Any], schedule_id: int, reason: str, now: datetime) -> None:
-    log.error("schedule %s quarantined: %s", schedule_id, reason)
+    log.error(
+        "schedule %s quarantined: %s",
+        schedule_id,
+        reason,
+        extra={"schedule_id": schedule_id, "event": "schedule_quarantined", "error": reason},
+    )
     conn.execute(
         query("schedule_quarantine"), {"schedule_id": schedule_id, "reason": reason, "now": now}
     )

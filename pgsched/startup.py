@@ -70,13 +70,19 @@ def wait_for_current_schema(
                 attempt,
                 first_line(exc),
                 delay,
+                extra={"event": "database_unreachable", "error": first_line(exc)},
             )
             deadline = time.monotonic() + delay
             while not stopped() and time.monotonic() < deadline:
                 time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
             continue
         if attempt > 1:
-            log.info("%s reached the database after %d attempts", process, attempt)
+            log.info(
+                "%s reached the database after %d attempts",
+                process,
+                attempt,
+                extra={"event": "database_back"},
+            )
         log.debug("%s: schema version %d is current", process, version)
         return True
     return False

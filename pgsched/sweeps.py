@@ -124,7 +124,12 @@ class RecurringSweep:
                     if not _schedule_can_be_skipped(conn, exc):
                         raise
                     failed += 1
-                    log.error("schedule %s not armed this sweep: %s", schedule.id, first_line(exc))
+                    log.error(
+                        "schedule %s not armed this sweep: %s",
+                        schedule.id,
+                        first_line(exc),
+                        extra={"schedule_id": schedule.id, "error": first_line(exc)},
+                    )
                     continue
                 if task_id is not None:
                     armed += 1
@@ -251,6 +256,7 @@ class Sweeper:
         self._stop = threading.Event()
         self._next_run = {sweep.name: 0.0 for sweep in self.sweeps}
         self._connected = False
+        self._unreachable_since: float | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -268,20 +274,27 @@ class Sweeper:
                 self._lead_when_elected()
             except psycopg.Error as exc:
                 if self.is_leader:
-                    log.warning("sweeper lost leadership: %s", first_line(exc))
+                    log.warning(
+                        "sweeper lost leadership: %s",
+                        first_line(exc),
+                        extra={"event": "leader_lost", "error": first_line(exc)},
+                    )
                     self.is_leader = False
                 attempt = 1 if self._connected else attempt + 1
                 delay = retry_delay(attempt)
+                if self._unreachable_since is None:
+                    self._unreachable_since = time.monotonic()
                 log.warning(
                     "sweeper cannot reach the database (attempt %d: %s); retrying in %.1fs",
                     attempt,
                     first_line(exc),
                     delay,
+                    extra={"event": "database_unreachable", "error": first_line(exc)},
                 )
                 self._stop.wait(delay)
                 continue
             if self.is_leader:
-                log.info("sweeper gave up leadership: stopping")
+                log.info("sweeper gave up leadership: stopping", extra={"event": "leader_lost"})
                 self.is_leader = False
 
     def _lead_when_elected(self) -> None:
@@ -291,6 +304,14 @@ class Sweeper:
             connect_fenced(self.dsn, **self._connect_kwargs) as work,
         ):
             self._connected = True
+            if self._unreachable_since is not None:
+                down = time.monotonic() - self._unreachable_since
+                self._unreachable_since = None
+                log.info(
+                    "sweeper reached the database again after %.1fs",
+                    down,
+                    extra={"event": "database_back", "fields": {"down_s": round(down, 1)}},
+                )
             while not self._stop.is_set():
                 state = lease.try_acquire(control)
                 if state.acquired:
@@ -306,6 +327,7 @@ class Sweeper:
                 "sweeper became leader (lease generation %d, holder %s)",
                 lease.generation,
                 lease.holder,
+                extra={"event": "leader_gained"},
             )
             work.fence = lease.fence()
             renewer = LeaseRenewer(lease, self.dsn, control, **self._connect_kwargs)
@@ -323,6 +345,7 @@ class Sweeper:
                 log.warning(
                     "sweeper lost leadership: lease generation %d is no longer held",
                     lease.generation,
+                    extra={"event": "leader_lost"},
                 )
                 self.is_leader = False
 

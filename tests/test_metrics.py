@@ -91,6 +91,17 @@ def test_in_flight_counts_running_tasks_and_the_tenant_label_is_opt_in(
     )
     assert got.value("pgsched_tasks_claimed_total", task_type="sleepy", tenant="default") == 2
     assert statuses(conn, sleeping) == dict.fromkeys(sleeping, "PROCESSING")
+    # One is cancelled while it runs: counted as cancelled, the other still in flight.
+    conn.execute("SELECT pgsched.cancel_task(%s, 'not needed')", (sleeping[0],))
+    got = wait_scrape(
+        base,
+        lambda s: s.value("pgsched_task_outcomes_total", outcome="cancelled") == 1,
+        20,
+        what="the cancelled task counted",
+    )
+    cancelled = {"task_type": "sleepy", "tenant": "default", "outcome": "cancelled"}
+    assert got.value("pgsched_task_outcomes_total", **cancelled) == 1
+    assert got.value("pgsched_tasks_in_flight", lane="NORMAL") == 1
 
 
 def test_healthz_and_readyz_of_a_running_worker(

@@ -159,3 +159,37 @@ def log_attempt_failed(
             retry_in or 0.0,
             extra={**fields, "outcome": "retried", "next_retry_in_s": retry_in},
         )
+
+
+class Reachability:
+    """One line when the database stops answering a process, one when it answers again
+    (with how long it was gone), instead of a line per failed statement only."""
+
+    def __init__(self, process: str, logger: logging.Logger) -> None:
+        self._process = process
+        self._log = logger
+        self._down_since: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        if self._down_since is not None:
+            return
+        self._down_since = time.monotonic()
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self._log.warning(
+            "%s: the database is unreachable (%s)",
+            self._process,
+            text,
+            extra={"event": "database_unreachable", "error": text},
+        )
+
+    def answered(self) -> None:
+        if self._down_since is None:
+            return
+        down = time.monotonic() - self._down_since
+        self._down_since = None
+        self._log.info(
+            "%s: the database answers again after %.1fs",
+            self._process,
+            down,
+            extra={"event": "database_back", "fields": {"down_s": round(down, 1)}},
+        )

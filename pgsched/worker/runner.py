@@ -208,7 +208,13 @@ class TaskRunner:
             # A fault outside the handler's steps (the worker's own code, a connection):
             # the task still ends in an outcome. Should one have been recorded already,
             # this second report is refused by the lease's compare-and-set as stale.
-            log.error("task %s: worker fault: %r; retrying later", task.id, exc, exc_info=exc)
+            log.error(
+                "task %s: worker fault: %r; retrying later",
+                task.id,
+                exc,
+                exc_info=exc,
+                extra=task_fields(task, error_class=error_class(exc)),
+            )
             self._record(retry_outcome(task, RetryPolicy(), "worker fault: " + describe(exc)))
 
     async def _run(self, task: TaskRow, cancel: CancelFlag) -> None:
@@ -245,7 +251,12 @@ class TaskRunner:
         try:
             conn = await self._connections.acquire(registration.is_async, task.tenant_id)
         except Exception as exc:
-            log.warning("task %s: no connection for its transaction (%s); retrying", task.id, exc)
+            log.warning(
+                "task %s: no connection for its transaction (%s); retrying",
+                task.id,
+                exc,
+                extra=task_fields(task, error_class=error_class(exc)),
+            )
             error = "no connection for the handler's transaction: " + describe(exc)
             self._record(retry_outcome(task, registration.retry, error))
             return
@@ -262,7 +273,12 @@ class TaskRunner:
         if failure is not None and committed:
             # The work and its completion may or may not have committed: a retry's report
             # is refused as stale if they did; if not, the work runs again.
-            log.warning("task %s: commit failed (%s); retrying", task.id, failure)
+            log.warning(
+                "task %s: commit failed (%s); retrying",
+                task.id,
+                failure,
+                extra=task_fields(task, error_class=error_class(failure)),
+            )
             self._record(
                 retry_outcome(task, registration.retry, "commit failed: " + describe(failure))
             )
@@ -276,16 +292,30 @@ class TaskRunner:
                 "task_fan_out", {"task_id": task.id, "lease_token": task.lease_token}
             )
         except psycopg.Error as exc:
-            log.error("task %s: fan-out failed: %s", task.id, exc)
+            log.error(
+                "task %s: fan-out failed: %s",
+                task.id,
+                exc,
+                extra=task_fields(task, error_class=error_class(exc)),
+            )
             self._record(retry_outcome(task, RetryPolicy(), describe(exc)))
             return
         if tenants is None:
-            log.warning("%s: lease lost before fan-out; not fanned out", describe_task(task))
+            log.warning(
+                "%s: lease lost before fan-out; not fanned out",
+                describe_task(task),
+                extra=task_fields(task, outcome="lease_lost"),
+            )
             # Recorded as the stale report it is; once written, the lease is no longer held
             # (nor heartbeated).
             self._record(Outcome(task.id, task.lease_token, "RELEASED", "lease lost"))
             return
-        log.info("task %s fanned out to %s tenants", task.id, tenants)
+        log.info(
+            "task %s fanned out to %s tenants",
+            task.id,
+            tenants,
+            extra=task_fields(task, count=tenants),
+        )
         self._written(task.id)
 
     async def _complete_in(
@@ -301,14 +331,23 @@ class TaskRunner:
                     lambda: conn.execute(query("task_finish_many"), params).fetchall()
                 )
         except psycopg.Error as exc:
-            log.error("task %s: completion failed, rolling back its work: %s", outcome.task_id, exc)
+            log.error(
+                "task %s: completion failed, rolling back its work: %s",
+                outcome.task_id,
+                exc,
+                extra=task_fields(task, error_class=error_class(exc)),
+            )
             self._record(retry_outcome(task, registration.retry, describe(exc)))
             return False
         applied = bool(rows and rows[0][1])
         if not applied:
             # Lease lost: someone else owns the task now. Roll our writes back; the stale
             # report itself cannot be recorded in a transaction we are rolling back.
-            log.warning("task %s: lease lost before completion; work rolled back", outcome.task_id)
+            log.warning(
+                "task %s: lease lost before completion; work rolled back",
+                outcome.task_id,
+                extra=task_fields(task, outcome="lease_lost"),
+            )
             self._record(Outcome(outcome.task_id, outcome.lease_token, "COMPLETED"))
         return applied
 
@@ -373,7 +412,10 @@ class TaskRunner:
                 raise
             except HandlerFault as exc:
                 log.error(
-                    "%s: after_execute failed (the task is complete): %r", describe_task(task), exc
+                    "%s: after_execute failed (the task is complete): %r",
+                    describe_task(task),
+                    exc,
+                    extra=task_fields(task, error_class=error_class(exc)),
                 )
                 error = "after_execute failed: " + describe(exc)
                 return Outcome(task.id, task.lease_token, "COMPLETED", error)

@@ -10,7 +10,8 @@ wake-ups, the lanes find new work at their next poll).
 One dedicated autocommit connection (TCP keepalives on) listens to the lanes' channels.
 When it drops (server restart, `pg_terminate_backend`, network) it reconnects with
 backoff, and wakes every lane once on reconnecting, since notifications sent while it was
-gone are lost.
+gone are lost. Its connection attempts are also how the worker notices that the database
+is unreachable, and that it answers again (`reachability`: one line each).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from pgsched.lanes import Lane
+from pgsched.observability.logs import Reachability
 from pgsched.worker.cancels import CANCEL_CHANNEL
 
 log = logging.getLogger("pgsched.worker.wakeup")
@@ -41,7 +43,9 @@ class Wakeups:
         dsn: str | None,
         lanes: tuple[Lane, ...],
         on_cancel: Callable[[int], object] | None = None,
+        reachability: Reachability | None = None,
     ) -> None:
+        self._reachability = reachability
         self._dsn = dsn
         self._by_channel = {lane.channel: lane for lane in lanes}
         self._on_cancel = on_cancel
@@ -64,7 +68,14 @@ class Wakeups:
         while True:
             try:
                 conninfo = psycopg.conninfo.make_conninfo(dsn, **KEEPALIVES)
-                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                try:
+                    conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                except psycopg.OperationalError as exc:
+                    if self._reachability is not None:
+                        self._reachability.failed(exc)
+                    raise
+                if self._reachability is not None:
+                    self._reachability.answered()
                 async with conn:
                     channels = [*self._by_channel]
                     if self._on_cancel is not None:

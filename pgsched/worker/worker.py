@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.hot_tier.worker_side import open_hot_tier
 from pgsched.lanes import Lane
-from pgsched.observability.logs import task_fields
+from pgsched.observability.logs import Reachability, task_fields
 from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics
 from pgsched.queries import query
 from pgsched.recurring import arm_after_task
@@ -158,7 +158,10 @@ class Worker:
         await asyncio.to_thread(keeper.connect)
         keeper.start()
         wakeups = Wakeups(
-            self.config.listen_target(self.dsn), lanes, on_cancel=self._on_cancel_requested
+            self.config.listen_target(self.dsn),
+            lanes,
+            on_cancel=self._on_cancel_requested,
+            reachability=Reachability(f"worker {self.worker_id}", log),
         )
         listen = asyncio.create_task(wakeups.run(), name="pgsched-listen")
         with contextlib.suppress(TimeoutError):
@@ -244,7 +247,12 @@ class Worker:
                 self.metrics.claimed(tasks)
             for row in undecodable:
                 # Claimed, never runnable: it fails alone; its batch-mates run.
-                log.error("task %s: %s; failing it", row.id, row.reason)
+                log.error(
+                    "task %s: %s; failing it",
+                    row.id,
+                    row.reason,
+                    extra={"task_id": row.id, "lane": lane.value, "outcome": "failed"},
+                )
                 buffer.add(Outcome(row.id, row.lease_token, "FAILED", row.reason))
             return tasks
 
