@@ -15,6 +15,9 @@ On one database and one redis-server, for each mode (`postgres`: workers as ship
               / max (task_runs.started_at - scheduled_for, by the database clock)
     memory    Redis bytes per mirrored id (a lane's sorted set) at 10k / 100k / 1M ids
 
+The hot tier serves lanes whose claims are in plain priority order, so NORMAL's fair
+claims across tenants are turned off (`lane_set_fairness`) for both modes alike.
+
 Ratios redis / postgres are printed per case and written with the figures to
 benchmarks/results/hot_tier.json. Without --dsn a throwaway, durable Postgres cluster is
 started (benchmarks/pgserver.py); redis-server always is (benchmarks/redisserver.py).
@@ -235,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     comparisons: list[dict[str, Any]] = []
     with measure.database(args.dsn) as dsn, RedisServer() as redis:
         server = measure.server_settings(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', false)")
         measure.step(f"{server['version']}; redis-server on port {redis.port}")
         for processes in args.processes:
             pair = {}

@@ -740,3 +740,9 @@ WHERE t.status = 'QUEUED' AND t.next_run_at > now();
 SELECT count(*) AS cold
 FROM pgsched.tasks
 WHERE status = 'PENDING';
+
+-- name: hot_tier_lanes_usable
+-- The lanes whose claims the Redis hot tier can serve (claims in plain priority order:
+-- fairness off, no limits); the others claim from Postgres alone.
+SELECT array_agg(l.lane::text) FILTER (WHERE pgsched.hot_tier_lane_usable(l.lane)) AS lanes
+FROM unnest(enum_range(NULL::pgsched.task_lane)) AS l (lane);

@@ -516,6 +516,19 @@ END;
 $$;
 
 --
+-- Name: hot_tier_lane_usable(pgsched.task_lane); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.hot_tier_lane_usable(lane pgsched.task_lane) RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT hot_tier_lane_usable.lane = ANY (s.fairness_off_lanes)
+           AND NOT EXISTS (SELECT 1 FROM pgsched.task_limits)
+      FROM pgsched.settings AS s
+$$;
+
+--
 -- Name: hot_tier_window(pgsched.task_lane, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1737,6 +1750,10 @@ BEGIN
     END IF;
     IF lease IS NULL OR lease <= INTERVAL '0' THEN
         RAISE EXCEPTION 'lease must be a positive interval, got %', lease USING ERRCODE = '22023';
+    END IF;
+    IF NOT pgsched.hot_tier_lane_usable(task_claim_ids.lane) THEN
+        -- Fair or limited: only task_claim_many claims here.
+        RETURN;
     END IF;
     RETURN QUERY
     WITH due AS MATERIALIZED (
@@ -3783,6 +3800,14 @@ GRANT ALL ON FUNCTION pgsched.dead_discard(task_id bigint, reason text, as_of ti
 
 REVOKE ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION hot_tier_lane_usable(lane pgsched.task_lane); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.hot_tier_lane_usable(lane pgsched.task_lane) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.hot_tier_lane_usable(lane pgsched.task_lane) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.hot_tier_lane_usable(lane pgsched.task_lane) TO pgsched_admin;
 
 --
 -- Name: FUNCTION hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -

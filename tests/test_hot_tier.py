@@ -25,6 +25,14 @@ from pgsched.lanes import Lane
 LEASE = timedelta(seconds=30)
 
 
+@pytest.fixture(autouse=True)
+def plain_order_lanes(conn: psycopg.Connection) -> None:
+    """The hot tier serves lanes whose claims are in plain priority order (fair claims
+    across tenants are the default): every work lane here is one."""
+    for lane in ("HIGH", "NORMAL", "LOW", "BATCH"):
+        conn.execute("SELECT pgsched.lane_set_fairness(%s, false)", (lane,))
+
+
 def in_seconds(conn: psycopg.Connection, seconds: float) -> datetime:
     row = conn.execute("SELECT now() + %s * interval '1 second'", (seconds,)).fetchone()
     assert row is not None
@@ -310,3 +318,34 @@ def test_an_id_lost_from_the_mirror_is_added_back_when_reconciling(
     counts = sweep.run_once(conn, datetime.now())
     assert counts["added"] == 1
     assert members(redis_server, "NORMAL") == [task_id]
+
+
+@pytest.mark.parametrize("why", ["fair", "limited"])
+def test_a_fair_or_limited_lane_is_claimed_from_postgres_only(
+    conn: psycopg.Connection, db_dsn: str, redis_server: RedisServer, why: str
+) -> None:
+    ids = sorted(schedule(conn, "fn_async", tenant_id=tenant) for tenant in ("a", "a", "b"))
+    sweep, _ = mirror(conn, redis_server)
+    assert members(redis_server, "NORMAL") == ids
+    if why == "fair":
+        conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', true)")
+    else:
+        conn.execute("SELECT pgsched.limit_set('tenant', 'a', max_processing => 1)")
+    # From plain SQL: claims by id would bypass fairness or the limit, so they claim nothing.
+    by_id = conn.execute(
+        "SELECT id FROM pgsched.task_claim_ids('NORMAL', %s, 'w-sql')", (ids,)
+    ).fetchall()
+    assert by_id == []
+    claimed, source = claim_through_redis(db_dsn, redis_server, "NORMAL", 3)
+    assert source.popped == 0  # the worker does not even pop
+    if why == "fair":
+        assert claimed == ids
+    else:
+        # The limit holds: one of tenant a's two, and tenant b's.
+        tenants = conn.execute(
+            "SELECT tenant_id FROM pgsched.tasks WHERE id = ANY(%s) ORDER BY tenant_id",
+            (claimed,),
+        ).fetchall()
+        assert tenants == [("a",), ("b",)]
+    sweep.run_once(conn, datetime.now())
+    assert members(redis_server, "NORMAL") == []  # no longer mirrored

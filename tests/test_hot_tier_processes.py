@@ -27,6 +27,12 @@ from pgsched.hot_tier.keys import LaneKeys
 WAVE = 150
 
 
+@pytest.fixture(autouse=True)
+def plain_order_normal(conn: psycopg.Connection) -> None:
+    """The hot tier serves lanes in plain priority order (fair claims are the default)."""
+    conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', false)")
+
+
 @pytest.fixture
 def sweeper(
     db_env: dict[str, str], tmp_path: Path, redis_server: RedisServer

@@ -13,6 +13,9 @@ replaces it in a worker started with `--redis`:
    claimed out of the set. A stale, empty or missing mirror costs a round trip to Redis,
    never work left waiting.
 
+A lane whose claims are fair across tenants (the default) or under task limits is
+claimed from Postgres alone: see `mirror` (and `task_claim_ids` claims nothing there).
+
 Redis unreachable, or a lane's mirror missing (flushed, restarted) or built from another
 database: the claim comes from Postgres alone at once, and each change of that state is
 logged once. After a connection error Redis is left alone for `RETRY_AFTER` seconds, so a
@@ -45,6 +48,7 @@ from pgsched.worker.claims import UndecodableRow, claim_ids, claim_many
 log = logging.getLogger("pgsched.hot_tier.claims")
 
 RETRY_AFTER = 1.0
+LANES_TTL = 5.0
 POP_MAX = 1000  # pop_due.lua's own cap
 
 
@@ -58,6 +62,8 @@ class RedisClaimSource:
         self._skip_until = 0.0
         # Per lane: why its mirror is not used now (None: it is), for one log line a change.
         self._unusable: dict[str, str | None] = {}
+        self._usable_lanes: set[str] = set()
+        self._lanes_read_at = -LANES_TTL
         self.popped = 0
         self.claimed_by_id = 0
         self.dropped = 0
@@ -84,6 +90,8 @@ class RedisClaimSource:
     async def claim(
         self, conn: psycopg.AsyncConnection[Any], lane: str, n: int, worker: str, lease: Any
     ) -> tuple[list[TaskRow], list[UndecodableRow]]:
+        if not await self._lane_usable(conn, lane):
+            return await claim_many(conn, lane, n, worker, lease)
         ids = await self._pop_due(lane, n)
         tasks: list[TaskRow] = []
         undecodable: list[UndecodableRow] = []
@@ -101,6 +109,24 @@ class RedisClaimSource:
             tasks += more
             undecodable += more_undecodable
         return tasks, undecodable
+
+    async def _lane_usable(self, conn: psycopg.AsyncConnection[Any], lane: str) -> bool:
+        """Whether claims by id serve this lane (read every LANES_TTL seconds; the SQL
+        function checks again on every claim, so a change is never overstepped)."""
+        if time.monotonic() >= self._lanes_read_at + LANES_TTL:
+            cur = await conn.execute(query("hot_tier_lanes_usable"))
+            row = await cur.fetchone()
+            self._usable_lanes = set(row[0] or []) if row else set()
+            self._lanes_read_at = time.monotonic()
+        usable = lane in self._usable_lanes
+        if not usable:
+            self._set_unusable(
+                lane,
+                "claims fairly across tenants or under task limits; the hot tier serves "
+                "lanes in plain priority order (pgsched.lane_set_fairness(lane, false), no "
+                "task limits)",
+            )
+        return usable
 
     async def _pop_due(self, lane: str, n: int) -> list[int]:
         if time.monotonic() < self._skip_until or self._system_id is None:

@@ -6,6 +6,11 @@ the claim index (`hot_tier_window`: QUEUED, due within the immediate window, at 
 scheduled by plain SQL, retried, released, rescued or promoted is mirrored within a pass,
 whoever made it QUEUED. When a pass added ids it publishes the lane's wake-up.
 
+Lanes. Only a lane whose claims are in plain priority order is mirrored: one with fair
+claims across tenants (the default) or any task limit is claimed from Postgres alone, since
+popping from a sorted set would be neither fair nor within limits
+(`pgsched.hot_tier_lane_usable`; `pgsched.lane_set_fairness(lane, false)` opts a lane in).
+
 Loss. Each lane's meta hash records the Redis run id and the Postgres system identifier
 the set was built for. No meta (FLUSHALL, a restart without persistence, a lost key), a
 run id that is not this server's (restart from an old snapshot, failover to a replica), or
@@ -105,8 +110,14 @@ class MirrorSweep:
         if reconcile:
             self._next_reconcile = time.monotonic() + self.config.reconcile_interval
         counts = {"mirrored": 0, "added": 0, "rebuilt": 0, "drift": 0}
+        usable = lanes_usable(conn)
         for lane in WORK_LANES:
             keys = LaneKeys(self.config.namespace, lane.value)
+            if lane.value not in usable:
+                # Fair or limited: workers claim this lane from Postgres; nothing to mirror.
+                if self._seen.pop(lane.value, None) is not None:
+                    r.delete(keys.due)
+                continue
             rows = window(conn, lane.value, self.config.window_max)
             meta = r.hgetall(keys.meta)
             stale = why_stale(meta, run_id, system_id)
@@ -189,6 +200,13 @@ def why_stale(meta: dict[str, str], run_id: str, system_id: str) -> str | None:
 def window(conn: psycopg.Connection[Any], lane: str, max_tasks: int) -> list[tuple[Any, ...]]:
     """The lane's mirrored window: (id, priority, next_run_at, db_now) rows."""
     return conn.execute(query("hot_tier_window"), {"lane": lane, "max_tasks": max_tasks}).fetchall()
+
+
+def lanes_usable(conn: psycopg.Connection[Any]) -> set[str]:
+    """The lanes the hot tier serves: claims in plain priority order (fairness off for
+    the lane, no task limits)."""
+    row = conn.execute(query("hot_tier_lanes_usable")).fetchone()
+    return set(row[0] or []) if row else set()
 
 
 def system_identifier(conn: psycopg.Connection[Any]) -> str:
