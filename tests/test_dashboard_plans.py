@@ -290,3 +290,29 @@ def test_the_budget_is_below_a_walk_of_either_big_tier(backlog: psycopg.Connecti
             analyze=True,
         )
         assert _buffers(plan) > 2 * SEARCH_BUFFERS, (tier, _buffers(plan))
+
+
+def test_throughput_counts_each_minutes_completions(backlog: psycopg.Connection) -> None:
+    """The chart's statement against a count made in Python, with the hour's completions
+    spread over its minutes (and some just outside it), in a transaction rolled back."""
+    with backlog.transaction(force_rollback=True):
+        backlog.execute(
+            "UPDATE pgsched.tasks SET updated_at = now() - (id % 67) * interval '1 minute'"
+            " - interval '7 seconds' WHERE task_type = 'recent' AND status = 'COMPLETED'"
+        )
+        row = backlog.execute(
+            "SELECT now(), array_agg(updated_at) FROM pgsched.tasks"
+            " WHERE status = 'COMPLETED' AND updated_at > now() - interval '60 minutes'"
+        ).fetchone()
+        assert row is not None
+        now, stamps = row
+        chart = backlog.execute(query("dashboard_throughput")).fetchall()
+    this_minute = now.replace(second=0, microsecond=0)
+    minutes = [this_minute - timedelta(minutes=59 - k) for k in range(60)]
+    counted = {m: 0 for m in minutes}
+    for stamp in stamps:
+        minute = stamp.replace(second=0, microsecond=0)
+        if minute in counted:  # the hour ends at the start of the minute 59 minutes back
+            counted[minute] += 1
+    assert len({c for c in counted.values()}) > 1, "the completions must differ per minute"
+    assert [(m, n) for m, n in chart] == list(counted.items())
