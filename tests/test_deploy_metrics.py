@@ -11,18 +11,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 import yaml
 from metrics_helpers import metrics_url, wait_scrape
 from worker_helpers import (
     REPO_ROOT,
     Workers,
-    create_test_tables,
-    running_workers,
     schedule,
 )
 
@@ -105,13 +101,6 @@ def test_the_files_cover_what_an_operator_watches() -> None:
         "pgsched_dead_tasks",
         "pgsched_queue_oldest_due_age_seconds",
     } <= read
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def test_every_metric_the_files_read_is_exported(

@@ -6,16 +6,10 @@ fan-out's running tenants are stopped and the completed ones named."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
-import pytest
 from worker_helpers import (
     Workers,
-    create_test_tables,
     events,
-    running_workers,
     schedule,
     status,
     steps,
@@ -24,13 +18,6 @@ from worker_helpers import (
 )
 
 APP = "tests.apps.cancels:app"
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def started(conn: psycopg.Connection, task_id: int) -> bool:
