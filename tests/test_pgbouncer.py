@@ -12,6 +12,7 @@ lost or run twice.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -317,6 +318,7 @@ def test_producers_workers_and_sweepers_through_pgbouncer_transaction_mode(
         for stack in stacks:
             check_stack(stack, conns[stack.name], tier_ids[stack.name], schedules[stack.name])
         check_tenant_binding(stacks[1], conns[stacks[1].name], producers[stacks[1].name])
+        check_operator_commands(stacks[1])
         # Nothing a pooler cannot hold was asked of it: no prepared statement went missing.
         for stack in stacks:
             assert "prepared statement" not in stack.logs()
@@ -423,3 +425,20 @@ def check_tenant_binding(stack: Stack, conn: psycopg.Connection, app: App) -> No
         with psycopg.connect(stack.pooled, autocommit=True) as client:
             row = client.execute("SELECT current_setting('pgsched.tenant_id', true)").fetchone()
         assert row is not None and row[0] in (None, ""), row
+
+
+def check_operator_commands(stack: Stack) -> None:
+    """`pgsched status` and `doctor` work through the pooler too (as a user runs them)."""
+    env = stack.env()
+    status = subprocess.run(
+        [PGSCHED, "status", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert status.returncode == 0, status.stderr
+    leader = json.loads(status.stdout)["sweeper_leader"]
+    assert leader is not None and leader["generation"] >= 2, leader
+    doctor = subprocess.run(
+        [PGSCHED, "doctor", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert doctor.returncode in (0, 1), doctor.stderr
+    checks = {c["name"]: c["result"] for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["database"] == checks["schema"] == checks["sweeper"] == "pass", checks
