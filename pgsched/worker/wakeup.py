@@ -77,9 +77,11 @@ class Wakeups:
                 if self._reachability is not None:
                     self._reachability.answered()
                 async with conn:
+                    # The cancel channel first: the lanes' LISTENs are the session's last
+                    # statements, which is what an operator sees in pg_stat_activity.
                     channels = [*self._by_channel]
                     if self._on_cancel is not None:
-                        channels.append(CANCEL_CHANNEL)
+                        channels.insert(0, CANCEL_CHANNEL)
                     for channel in channels:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.connected.set()
