@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from psycopg import sql as psql
 from query_plans import explain, node_values, plan_nodes, seeded_database
 from table_stats import table_stats
 
@@ -361,16 +360,6 @@ def test_shipped_sweeps_read_only_the_hot_tier(backlog: psycopg.Connection, call
 # The sweeper leader's queue-depth gauges ---------------------------------------------------
 
 
-def _analyzed(conn: psycopg.Connection, name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The named statement's plan with actual row counts (run, read-only)."""
-    row = conn.execute(
-        psql.SQL("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) ") + query(name), params
-    ).fetchone()
-    assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return dict(plan[0])
-
-
 def _ran(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The plan's nodes that ran at least once."""
     return [n for n in plan_nodes(plan["Plan"]) if n.get("Actual Loops", 0) > 0]
@@ -379,7 +368,7 @@ def _ran(plan: dict[str, Any]) -> list[dict[str, Any]]:
 def test_queue_depth_per_lane_probes_the_claim_index_for_due_rows_only(
     backlog: psycopg.Connection,
 ) -> None:
-    plan = _analyzed(backlog, "queue_depth_lanes", {})
+    plan = explain(backlog, query("queue_depth_lanes"), {}, analyze=True)[0]
     ran = _ran(plan)
     text = json.dumps(plan, indent=1)
     assert {n["Relation Name"] for n in ran if "Relation Name" in n} == {"tasks_hot"}, text
@@ -400,7 +389,7 @@ def test_queue_depth_per_lane_probes_the_claim_index_for_due_rows_only(
 
 
 def test_queue_pending_per_tier_reads_no_cold_row(backlog: psycopg.Connection) -> None:
-    plan = _analyzed(backlog, "queue_pending_tiers", {})
+    plan = explain(backlog, query("queue_pending_tiers"), {}, analyze=True)[0]
     text = json.dumps(plan, indent=1)
     assert {n["Relation Name"] for n in _ran(plan) if "Relation Name" in n} <= {
         "tasks_hot",
@@ -423,7 +412,7 @@ def test_queue_pending_per_tier_reads_no_cold_row(backlog: psycopg.Connection) -
 def test_queue_overdue_pending_reads_the_due_slice_of_the_cold_tier(
     backlog: psycopg.Connection,
 ) -> None:
-    plan = _analyzed(backlog, "overdue_pending", {})
+    plan = explain(backlog, query("overdue_pending"), {}, analyze=True)[0]
     ran = _ran(plan)
     text = json.dumps(plan, indent=1)
     assert {n.get("Relation Name") for n in ran if "Relation Name" in n} == {"tasks_cold"}, text
@@ -444,7 +433,7 @@ def test_queue_dead_count_reads_the_dead_index_not_the_done_tier(
         )
         backlog.execute("ANALYZE pgsched.tasks_done")
         params = {"task_type": None, "tenant_id": None, "since": None}
-        plan = _analyzed(backlog, "dead_count", params)
+        plan = explain(backlog, query("dead_count"), params, analyze=True)[0]
         ran = _ran(plan)
         text = json.dumps(plan, indent=1)
         assert {n.get("Index Name") for n in ran if "Index Name" in n} == {"tasks_done_dead_idx"}, (

@@ -7,24 +7,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from worker_helpers import Workers, create_test_tables, run_cli, running_workers, wait_until
+from worker_helpers import Workers, run_cli, wait_until
 
 from pgsched import App, InvalidLimitError
 
 WORKER_FLAGS = ["--concurrency", "16", "--batch-size", "20"]
-
-
-@pytest.fixture
-def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Workers]:
-    create_test_tables(conn)
-    with running_workers(db_env, tmp_path) as started:
-        yield started
 
 
 def start_four(workers: Workers) -> None:
