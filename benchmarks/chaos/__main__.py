@@ -128,6 +128,7 @@ RECOVERY_MEANS = {
     "terminated_backends": "kill to next run",
     "too_few_connection_slots": "start to first run",
     "xmin_held": "COMMIT to claims normal",
+    "redis_faults": "fault's end to the mirror rebuilt (claims never wait for it)",
 }
 
 
