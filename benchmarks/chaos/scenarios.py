@@ -655,8 +655,8 @@ def _redis_faults(s: Scenario, redis: RedisServer, seconds: float) -> Figures:
         final,
         recovery_s=max(recoveries.values()),
         recovery_by_fault={k: round(v, 2) for k, v in recoveries.items()},
-        lateness_p99_ms=round(rows[0] or 0, 1),
-        lateness_max_ms=round(rows[1] or 0, 1),
+        lateness_p99_ms=round(float(rows[0] or 0), 1),
+        lateness_max_ms=round(float(rows[1] or 0), 1),
         stop_codes=stop_codes,
         claimed_by_id=by_id,
         # The mirror's writes refused while Redis was at its maxmemory (pops still work:
