@@ -28,10 +28,10 @@ from typing import Any
 import psycopg
 import pytest
 from apps.recurring_app import create_tables
-from pgbouncer_server import PgBouncer, running_pgbouncer
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from benchmarks.pgbouncerserver import PgBouncer, running_pgbouncer
 from pgsched import App
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -102,6 +102,18 @@ LONG_FORM: list[tuple[str, Run, tuple[str, ...]]] = [
         ("recovery_by_fault", "lateness_p99_ms", "lateness_max_ms", "claimed_by_id"),
     ),
     (
+        "pgbouncer_restart",
+        partial(scenarios.pgbouncer_restart, seconds=120, down_s=5),
+        (
+            "down_s",
+            "lateness_p99_before_ms",
+            "lateness_max_ms",
+            "refused_while_down",
+            "writes_not_once",
+            "workers_alive",
+        ),
+    ),
+    (
         "xmin_held",
         partial(scenarios.xmin_held, hold_s=300, before_s=30, after_s=120, rate=300, window_s=5),
         (
@@ -128,6 +140,7 @@ RECOVERY_MEANS = {
     "terminated_backends": "kill to next run",
     "too_few_connection_slots": "start to first run",
     "xmin_held": "COMMIT to claims normal",
+    "pgbouncer_restart": "kill to lateness normal",
     "redis_faults": "fault's end to the mirror rebuilt (claims never wait for it)",
 }
 

@@ -395,7 +395,8 @@ class Scenario:
 class Producer:
     """Schedules tasks at a steady rate on its own connection, riding out outages.
 
-    Only tasks whose scheduling returned an id count as scheduled.
+    Only tasks whose scheduling returned an id count as scheduled. Through a pooler in
+    transaction mode, `prepare_threshold=None`: its server sessions change between calls.
     """
 
     def __init__(
@@ -403,8 +404,11 @@ class Producer:
         dsn: str,
         rate: float,
         make: Callable[[int], tuple[str, dict[str, Any], dict[str, Any]]],
+        *,
+        prepare_threshold: int | None = 5,
     ) -> None:
         self.dsn = dsn
+        self.prepare_threshold = prepare_threshold
         self.rate = rate
         self.make = make
         self.ids: list[int] = []
@@ -437,7 +441,12 @@ class Producer:
             names = "".join(f", {k} => %({k})s" for k in kw)
             try:
                 if conn is None or conn.closed or conn.broken:
-                    conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2)
+                    conn = psycopg.connect(
+                        self.dsn,
+                        autocommit=True,
+                        connect_timeout=2,
+                        prepare_threshold=self.prepare_threshold,
+                    )
                 row = conn.execute(
                     "SELECT pgsched.schedule_task(task_type => %(t)s,"
                     f" payload => %(p)s::jsonb{names})",

@@ -18,6 +18,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from benchmarks.chaos.harness import APP, Figures, Producer, Scenario, WorkerProcess, wait_for
+from benchmarks.pgbouncerserver import PgBouncer
 from benchmarks.redisserver import RedisServer
 
 
@@ -671,3 +672,79 @@ def _stop_all(s: Scenario) -> list[int]:
         if w.alive():
             w.send(signal.SIGTERM)
     return [w.proc.wait(timeout=30) for w in s.workers.started]
+
+
+def pgbouncer_restart(s: Scenario, *, seconds: float, down_s: float = 3.0) -> Figures:
+    """Two workers and a producer through a PgBouncer in transaction mode (the workers with
+    `--prepare-threshold none`, LISTENing on a direct connection) under a steady load of
+    plain and transactional handlers; mid-run the pooler is SIGKILLed and, `down_s` later,
+    started again on the same port. Recovery: from the kill until lateness is normal again
+    (every run from then on within max(2 x, +0.25 s) of the p99 before the kill)."""
+    bouncer = PgBouncer(s.cluster.host, s.cluster.port)
+    try:
+        bouncer.start()
+        return _pgbouncer_restart(s, bouncer, seconds, down_s)
+    finally:
+        bouncer.stop()
+
+
+def _pgbouncer_restart(s: Scenario, bouncer: PgBouncer, seconds: float, down_s: float) -> Figures:
+    pooled = bouncer.dsn(s.dbname)
+    env = {**s.env, "PGSCHED_DSN": pooled}
+    pooler_args = ["--prepare-threshold", "none", "--listen-dsn", s.dsn]
+    for n in range(2):
+        s.workers.start(
+            f"P{n}", app=APP, lease=3.0, extra=["--concurrency", "8", *pooler_args], env=env
+        )
+    for w in s.workers.started:
+        w.wait_running()
+    with Producer(pooled, 30, _mixed_work, prepare_threshold=None) as producer:
+        time.sleep(seconds / 2)
+        killed_at = time.time()
+        bouncer.kill()
+        time.sleep(down_s)
+        bouncer.start()
+        back = time.time()
+        wait_for(lambda: s.first_run_after(back), 60, "a handler to run after the restart")
+        time.sleep(seconds / 2)
+    final = s.settle(producer.ids, 90)
+    alive = sum(w.alive() for w in s.workers.started)
+    runs = [
+        (float(r[0]), float(r[1]))
+        for r in s.execute(
+            "SELECT extract(EPOCH FROM started_at)::float8,"
+            " extract(EPOCH FROM started_at - scheduled_for)::float8"
+            " FROM pgsched.task_runs WHERE task_id = ANY(%s) ORDER BY started_at",
+            (producer.ids,),
+        ).fetchall()
+    ]
+    before = sorted(late for at, late in runs if at < killed_at)
+    p99_before = before[int(0.99 * (len(before) - 1))] if before else 0.0
+    normal = max(2 * p99_before, p99_before + 0.25)
+    return s.figures(
+        producer.ids,
+        final,
+        recovery_s=_back_to_normal(runs, killed_at, normal),
+        down_s=round(back - killed_at, 2),
+        lateness_p99_before_ms=round(1000 * p99_before, 1),
+        lateness_max_ms=round(1000 * max((late for _, late in runs), default=0.0), 1),
+        refused_while_down=producer.refused,
+        writes_not_once=_writes_not_once(s, producer.ids, final),
+        workers_alive=alive,
+    )
+
+
+def _back_to_normal(
+    runs: list[tuple[float, float]], fault_at: float, normal: float
+) -> float | None:
+    """Seconds from the fault to the start of the first run after it from which every run's
+    lateness is within `normal` (None: the last run was still late)."""
+    settled: float | None = None
+    for at, late in runs:
+        if at < fault_at:
+            continue
+        if late > normal:
+            settled = None
+        elif settled is None:
+            settled = at
+    return None if settled is None else settled - fault_at
