@@ -436,9 +436,11 @@ def test_queue_dead_count_reads_the_dead_index_not_the_done_tier(
         plan = explain(backlog, query("dead_count"), params, analyze=True)[0]
         ran = _ran(plan)
         text = json.dumps(plan, indent=1)
-        assert {n.get("Index Name") for n in ran if "Index Name" in n} == {"tasks_done_dead_idx"}, (
-            text
-        )
+        # Either partial index that leaves COMPLETED rows out will do (their costs are close,
+        # and which one the planner takes varies between runs); the done tier's own rows not.
+        used = {n.get("Index Name") for n in ran if "Index Name" in n}
+        assert used and used <= {"tasks_done_dead_idx", "tasks_done_not_completed_idx"}, text
+        assert all(n.get("Actual Rows", 0) <= 500 for n in ran if "Index Name" in n), text
         assert not [n for n in ran if n["Node Type"] == "Seq Scan"], text
         assert backlog.execute(query("dead_count"), params).fetchone() == (500,)
         raise _Rollback
