@@ -16,16 +16,7 @@ import pytest
 from psycopg import errors, sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
-
-
-def schedule(conn: psycopg.Connection, task_type: str = "job", **kwargs: Any) -> int:
-    names = "".join(f", {name} => %({name})s" for name in kwargs)
-    row = conn.execute(
-        f"SELECT pgsched.schedule_task(task_type => %(task_type)s{names})",
-        {"task_type": task_type, **kwargs},
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+from worker_helpers import schedule
 
 
 def claim(conn: psycopg.Connection, lane: str = "NORMAL", worker: str = "w1") -> dict[int, Any]:
@@ -87,8 +78,8 @@ def everything(conn: psycopg.Connection) -> tuple[Any, ...]:
 
 
 def test_a_task_not_started_is_cancelled_at_once_with_the_actor(conn: psycopg.Connection) -> None:
-    later = schedule(conn, run_at=datetime.now(UTC) + timedelta(days=3))  # PENDING
-    now = schedule(conn)  # QUEUED
+    later = schedule(conn, "job", run_at=datetime.now(UTC) + timedelta(days=3))  # PENDING
+    now = schedule(conn, "job")  # QUEUED
     role = conn.info.user
     assert cancel(conn, later, "customer left") == (
         "CANCELLED",
@@ -107,7 +98,7 @@ def test_a_task_not_started_is_cancelled_at_once_with_the_actor(conn: psycopg.Co
 def test_a_running_task_is_asked_to_stop_its_worker_told_by_notify(
     conn: psycopg.Connection, connect: Callable[..., psycopg.Connection]
 ) -> None:
-    task_id = schedule(conn)
+    task_id = schedule(conn, "job")
     token = claim(conn)[task_id]
     listener = connect()
     listener.execute("LISTEN pgsched_cancel")
@@ -147,7 +138,7 @@ def test_a_running_task_is_asked_to_stop_its_worker_told_by_notify(
 def test_after_a_request_every_outcome_but_completion_ends_cancelled(
     conn: psycopg.Connection, report: str, error: str | None, status: str, reason_part: str
 ) -> None:
-    task_id = schedule(conn, max_attempts=5)
+    task_id = schedule(conn, "job", max_attempts=5)
     token = claim(conn)[task_id]
     cancel(conn, task_id, "runaway")
     assert finish(conn, task_id, token, report, error)
@@ -163,14 +154,14 @@ def test_after_a_request_every_outcome_but_completion_ends_cancelled(
 def test_a_cancelled_report_without_a_request_is_a_failed_attempt(
     conn: psycopg.Connection,
 ) -> None:
-    task_id = schedule(conn, max_attempts=3)
+    task_id = schedule(conn, "job", max_attempts=3)
     token = claim(conn)[task_id]
     assert finish(conn, task_id, token, "CANCELLED", "no request")
     assert task(conn, task_id)["status"] == "QUEUED"
 
 
 def test_processing_to_cancelled_only_through_a_request(conn: psycopg.Connection) -> None:
-    task_id = schedule(conn)
+    task_id = schedule(conn, "job")
     claim(conn)
     before = everything(conn)
     with pytest.raises(errors.CheckViolation) as refused:
@@ -186,7 +177,7 @@ def test_processing_to_cancelled_only_through_a_request(conn: psycopg.Connection
 def test_a_lost_worker_of_a_task_asked_to_stop_ends_it_cancelled(
     conn: psycopg.Connection,
 ) -> None:
-    task_id = schedule(conn, max_attempts=5)
+    task_id = schedule(conn, "job", max_attempts=5)
     claim(conn)
     cancel(conn, task_id, "runaway")
     later = datetime.now(UTC) + timedelta(hours=1)
@@ -203,7 +194,7 @@ def test_the_race_a_completion_waiting_on_the_cancel_sees_the_request(
 ) -> None:
     """The worker's report blocks on the cancel's row lock and is decided by the request
     it then sees: a failure ends CANCELLED, not queued again."""
-    task_id = schedule(conn, max_attempts=5)
+    task_id = schedule(conn, "job", max_attempts=5)
     token = claim(conn)[task_id]
     canceller = connect(autocommit=False)
     cancel(canceller, task_id, "runaway")  # holds the row lock, not committed
@@ -223,7 +214,7 @@ def test_the_race_a_completion_waiting_on_the_cancel_sees_the_request(
 def test_the_race_a_cancel_waiting_on_a_completion_finds_it_finished(
     conn: psycopg.Connection, connect: Callable[..., psycopg.Connection]
 ) -> None:
-    task_id = schedule(conn)
+    task_id = schedule(conn, "job")
     token = claim(conn)[task_id]
     reporter = connect(autocommit=False)
     assert finish(reporter, task_id, token, "COMPLETED")  # not committed yet
@@ -247,9 +238,9 @@ def test_the_race_a_cancel_waiting_on_a_completion_finds_it_finished(
 
 
 def test_cancel_task_keeps_returning_the_id(conn: psycopg.Connection) -> None:
-    task_id = schedule(conn)
+    task_id = schedule(conn, "job")
     assert conn.execute("SELECT pgsched.cancel_task(%s, 'x')", (task_id,)).fetchone() == (task_id,)
-    running = schedule(conn)
+    running = schedule(conn, "job")
     claim(conn)
     assert conn.execute("SELECT pgsched.cancel_task(%s)", (running,)).fetchone() == (running,)
     assert task(conn, running)["cancel_requested_at"] is not None
@@ -263,7 +254,7 @@ def test_a_fan_out_cancel_stops_the_unfinished_tenants_and_names_who_completed(
 ) -> None:
     for tenant in ("t1", "t2", "t3", "t4"):
         conn.execute("SELECT pgsched.tenant_add(%s, 'crm')", (tenant,))
-    parent = schedule(conn, scope="product", product="crm")
+    parent = schedule(conn, "job", scope="product", product="crm")
     token = claim(conn)[parent]
     assert conn.execute("SELECT pgsched.task_fan_out(%s, %s)", (parent, token)).fetchone() == (4,)
     children: dict[str, int] = {
@@ -295,7 +286,7 @@ def test_a_fan_out_cancel_stops_the_unfinished_tenants_and_names_who_completed(
 
 def test_a_fan_out_asked_to_stop_before_fanning_out_does_not(conn: psycopg.Connection) -> None:
     conn.execute("SELECT pgsched.tenant_add('t1', 'crm')")
-    parent = schedule(conn, scope="product", product="crm")
+    parent = schedule(conn, "job", scope="product", product="crm")
     token = claim(conn)[parent]
     assert cancel(conn, parent)[0] == "CANCEL_REQUESTED"
     assert conn.execute("SELECT pgsched.task_fan_out(%s, %s)", (parent, token)).fetchone() == (0,)
@@ -362,7 +353,7 @@ def test_cancel_tasks_by_filter_counts_then_cancels(conn: psycopg.Connection) ->
 def test_bad_input_is_refused_with_22023_and_nothing_written(
     conn: psycopg.Connection, call: str, message: str
 ) -> None:
-    task_id = schedule(conn)
+    task_id = schedule(conn, "job")
     before = everything(conn)
     with pytest.raises(errors.InvalidParameterValue) as refused:
         conn.execute(f"SELECT * FROM {call}", {"id": task_id})
@@ -374,7 +365,7 @@ def test_bad_input_is_refused_with_22023_and_nothing_written(
 def test_unknown_and_finished_tasks_are_refused(conn: psycopg.Connection) -> None:
     with pytest.raises(errors.NoDataFound, match="no task with id 987654"):
         cancel(conn, 987654)
-    done = schedule(conn)
+    done = schedule(conn, "job")
     cancel(conn, done)
     with pytest.raises(errors.ObjectNotInPrerequisiteState, match="is CANCELLED and cannot"):
         cancel(conn, done)
@@ -431,7 +422,7 @@ def test_a_producer_bound_to_a_tenant_cannot_cancel_another_tenants_task(
 def test_a_cancel_request_is_neither_a_run_nor_its_end(conn: psycopg.Connection) -> None:
     """task_runs (and pgsched history) read a claim and its outcome; the request between
     them (PROCESSING -> PROCESSING) is neither a new run nor the run's end."""
-    task_id = schedule(conn)
+    task_id = schedule(conn, "job")
     token = claim(conn)[task_id]
     cancel(conn, task_id, "runaway")
 

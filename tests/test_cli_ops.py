@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from worker_helpers import schedule
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PGSCHED = str(Path(sys.executable).with_name("pgsched"))
@@ -30,16 +31,6 @@ def run_cli(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.Comp
 
 def as_json(env: dict[str, str], *args: str) -> Any:
     return json.loads(run_cli(env, *args, "--json").stdout)
-
-
-def schedule(conn: psycopg.Connection, task_type: str, **kwargs: Any) -> int:
-    names = "".join(f", {name} => %({name})s" for name in kwargs)
-    row = conn.execute(
-        f"SELECT pgsched.schedule_task(task_type => %(task_type)s{names})",
-        {"task_type": task_type, **kwargs},
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def claim(conn: psycopg.Connection, task_id: int, lease: str = "5 minutes") -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.rows import dict_row
+from worker_helpers import schedule
 
 from pgsched import App
 from pgsched.sweeps import RecurringSweep
@@ -34,17 +35,6 @@ def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         [PGSCHED, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
     )
-
-
-def schedule(conn: psycopg.Connection, task_type: str, **kwargs: Any) -> int:
-    """pgsched.schedule_task with named arguments (tenant_id, run_at, max_attempts, ...)."""
-    names = "".join(f", {name} => %({name})s" for name in kwargs)
-    row = conn.execute(
-        f"SELECT pgsched.schedule_task(task_type => %(task_type)s{names})",
-        {"task_type": task_type, **kwargs},
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @dataclass

@@ -26,6 +26,7 @@ import pytest
 from apps.recurring_app import create_tables
 from psycopg.rows import dict_row
 from table_stats import table_stats
+from worker_helpers import schedule
 
 from pgsched import App
 from pgsched.sweeps import PromotionSweep, RecurringSweep, RescueSweep, RetentionSweep
@@ -58,17 +59,6 @@ def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         [PGSCHED, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
     )
-
-
-def schedule(conn: psycopg.Connection, task_type: str, **kwargs: Any) -> int:
-    """pgsched.schedule_task with named arguments (run_at, as_of, max_attempts, ...)."""
-    names = "".join(f", {name} => %({name})s" for name in kwargs)
-    row = conn.execute(
-        f"SELECT pgsched.schedule_task(task_type => %(task_type)s{names})",
-        {"task_type": task_type, **kwargs},
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def events(conn: psycopg.Connection, task_id: int) -> list[dict[str, Any]]:
