@@ -6,6 +6,11 @@
 Every call may take the caller's own psycopg connection (`conn=`): the task is then written
 inside the caller's transaction, so it exists if and only if the caller's work commits.
 Without one, pgsched opens a connection and commits at once.
+
+With the Redis hot tier (`App(dsn, redis="redis://host:6379/0")`), tasks due soon are pushed
+to its mirror right after their commit (best effort: see pgsched.hot_tier.feed). A task
+written inside the caller's open transaction is left to the sweep leader's next mirror
+pass, since pgsched does not see that commit.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -24,11 +29,15 @@ from pydantic import ValidationError
 from pgsched.dsn import resolve_dsn
 from pgsched.errors import InvalidLimitError, InvalidTaskError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
+from pgsched.hot_tier.config import HotTierConfig
 from pgsched.lanes import WORK_LANES
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
+
+if TYPE_CHECKING:
+    from pgsched.hot_tier.feed import ScheduleFeed
 
 SCHEDULE_CHUNK = 20_000
 
@@ -80,13 +89,23 @@ class App:
     """Holds the DSN and the handler registry; cheap to create."""
 
     def __init__(
-        self, dsn: str | None = None, *, prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
+        self,
+        dsn: str | None = None,
+        *,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+        redis: str | HotTierConfig | None = None,
     ) -> None:
         self._dsn = dsn
         # None behind a transaction pooler, which cannot keep a prepared statement (see
         # pgsched.pooler); checked here so a wrong value fails at once, not at a call.
         self.prepare_threshold = parse_prepare_threshold(prepare_threshold, "prepare_threshold")
         self.registry = HandlerRegistry()
+        # Checked here too (a ConfigError); nothing connects to Redis until a push.
+        self._feed: ScheduleFeed | None = None
+        if redis is not None:
+            from pgsched.hot_tier.worker_side import schedule_feed
+
+            self._feed = schedule_feed(HotTierConfig(redis) if isinstance(redis, str) else redis)
 
     def handler(
         self,
@@ -148,6 +167,21 @@ class App:
         with self._connect() as own:
             yield own
 
+    def _after_commit(
+        self, c: psycopg.Connection[Any], own: bool, scheduled: list[ScheduledTask]
+    ) -> None:
+        """The scheduling path's post-commit hook: with Redis configured, the new tasks
+        due soon go to the hot tier's mirror at once (best effort, never raises). On the
+        caller's connection only if nothing is left uncommitted (autocommit, or its own
+        transaction block ended); otherwise the leader's next mirror pass adds them."""
+        if self._feed is None:
+            return
+        if own:
+            c.commit()
+        if c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return
+        self._feed.after_commit(c, [int(s) for s in scheduled if s.created])
+
     def schedule(
         self,
         task_type: str,
@@ -201,9 +235,11 @@ class App:
                     row = cur.execute(query("task_schedule_one"), params).fetchone()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-        if row is None:
-            raise RuntimeError("statement 'task_schedule_one' returned no row")
-        return ScheduledTask(row["task_id"], row["created"])
+            if row is None:
+                raise RuntimeError("statement 'task_schedule_one' returned no row")
+            scheduled = ScheduledTask(row["task_id"], row["created"])
+            self._after_commit(c, conn is None, [scheduled])
+        return scheduled
 
     def schedule_many(
         self,
@@ -228,6 +264,7 @@ class App:
             except psycopg.Error as exc:
                 chunk = len(specs[start : start + chunk_size])
                 raise _callers_row(translate(exc), start, chunk) from exc
+            self._after_commit(c, conn is None, ids)
         return ids
 
     @staticmethod

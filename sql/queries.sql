@@ -746,3 +746,12 @@ WHERE status = 'PENDING';
 -- fairness off, no limits); the others claim from Postgres alone.
 SELECT array_agg(l.lane::text) FILTER (WHERE pgsched.hot_tier_lane_usable(l.lane)) AS lanes
 FROM unnest(enum_range(NULL::pgsched.task_lane)) AS l (lane);
+
+-- name: hot_tier_due_by_ids
+-- Of ids just committed (scheduled, retried, released), those the Redis mirror holds.
+SELECT
+    id,
+    lane,
+    priority,
+    next_run_at
+FROM pgsched.hot_tier_due_by_ids(%(ids)s::bigint[]);

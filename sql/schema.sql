@@ -516,6 +516,46 @@ END;
 $$;
 
 --
+-- Name: hot_tier_due_by_ids(bigint[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id bigint, lane text, priority integer, next_run_at timestamp with time zone)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    until timestamptz;
+    usable pgsched.task_lane[];
+    -- Workers requeue any tenant's tasks; a producer's login learns only of its tenants.
+    every_tenant boolean := pg_has_role(session_user, 'pgsched_worker', 'MEMBER')
+        OR pgsched.login_acts_for_all_tenants();
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'ids must be an array of task ids, got NULL' USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(ids) > 10000 THEN
+        RAISE EXCEPTION 'ids holds % ids; at most 10000 per call', cardinality(ids)
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT h.immediate_until INTO until FROM pgsched.tier_horizons(t) AS h;
+    SELECT coalesce(array_agg(l.lane), '{}') INTO usable
+      FROM unnest(enum_range(NULL::pgsched.task_lane)) AS l (lane)
+     WHERE pgsched.hot_tier_lane_usable(l.lane);
+    RETURN QUERY
+    SELECT tk.id, tk.lane::text, tk.priority, tk.next_run_at
+      FROM pgsched.tasks AS tk
+     WHERE tk.id = ANY(hot_tier_due_by_ids.ids)
+       AND tk.status = 'QUEUED'
+       AND tk.next_run_at < until
+       AND tk.lane = ANY(usable)
+       AND (every_tenant OR EXISTS (
+            SELECT 1 FROM pgsched.producer_tenants AS b
+             WHERE b.role_name = session_user AND b.tenant_id = tk.tenant_id));
+END;
+$$;
+
+--
 -- Name: hot_tier_lane_usable(pgsched.task_lane); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -3800,6 +3840,15 @@ GRANT ALL ON FUNCTION pgsched.dead_discard(task_id bigint, reason text, as_of ti
 
 REVOKE ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION hot_tier_lane_usable(lane pgsched.task_lane); Type: ACL; Schema: pgsched; Owner: -

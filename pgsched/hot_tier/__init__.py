@@ -8,6 +8,8 @@ Redis never holds the only copy of anything. It holds task ids and their claim o
     connection  connecting, the maxmemory-policy check, the Lua scripts
     mirror      MirrorSweep: the sweep leader mirrors the window, detects a lost or foreign
                 mirror (meta key), rebuilds it into new keys and swaps them in, reconciles
+    feed        ScheduleFeed (the App) and OutcomeFeed (a worker's retries and releases):
+                ids pushed right after their commit, best effort
     claims      RedisClaimSource: a worker pops due ids, claims exactly those in Postgres,
                 tops up with the normal claim; falls back to Postgres when the mirror is gone
     wakeups     RedisWakeups: lane wake-ups over Redis pub/sub (no LISTEN needed)

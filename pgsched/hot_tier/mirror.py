@@ -4,7 +4,10 @@ Every pass (`mirror_interval`, default 1 s) reads each lane's window from Postgr
 the claim index (`hot_tier_window`: QUEUED, due within the immediate window, at most
 `window_max` ids in claim order) and adds the ids new to it since the last pass, so a task
 scheduled by plain SQL, retried, released, rescued or promoted is mirrored within a pass,
-whoever made it QUEUED. When a pass added ids it publishes the lane's wake-up.
+whoever made it QUEUED. When a pass added ids it publishes the lane's wake-up. Tasks
+scheduled through the App with Redis, and tasks a worker's outcomes retried or released,
+are also pushed right after their commit (`feed`, best effort); this pass is what makes
+that optional.
 
 Lanes. Only a lane whose claims are in plain priority order is mirrored: one with fair
 claims across tenants (the default) or any task limit is claimed from Postgres alone, since
@@ -69,6 +72,8 @@ class MirrorSweep:
     # added: re-adding the whole window would put back ids that workers popped and
     # claimed while the pass ran (each then popped again, dropped, and topped up).
     _seen: dict[str, set[int]] = field(default_factory=dict)
+    # Lanes not served whose keys this leader deleted.
+    _left_out: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.interval = self.config.mirror_interval
@@ -115,9 +120,14 @@ class MirrorSweep:
             keys = LaneKeys(self.config.namespace, lane.value)
             if lane.value not in usable:
                 # Fair or limited: workers claim this lane from Postgres; nothing to mirror.
-                if self._seen.pop(lane.value, None) is not None:
-                    r.delete(keys.due)
+                # Its keys go, the meta too, so that no post-commit push (feed.py) writes
+                # into a set nobody pops; once per leader and change.
+                if lane.value not in self._left_out:
+                    r.delete(keys.due, keys.meta)
+                    self._left_out.add(lane.value)
+                self._seen.pop(lane.value, None)
                 continue
+            self._left_out.discard(lane.value)
             rows = window(conn, lane.value, self.config.window_max)
             meta = r.hgetall(keys.meta)
             stale = why_stale(meta, run_id, system_id)

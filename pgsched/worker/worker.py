@@ -184,7 +184,7 @@ class Worker:
             keeper.stop()
             await pool.close()
             if hot_tier is not None:
-                await hot_tier.source.close()
+                await hot_tier.close()
             if self._sync_pool is not None:
                 self._sync_pool.close()
             log.info("worker %s stopped before it could start", self.worker_id)
@@ -193,11 +193,20 @@ class Worker:
             async with pool.connection() as conn:
                 await hot_tier.source.open(conn)
         claim_from = claim_many if hot_tier is None else hot_tier.source.claim
+        feed = None if hot_tier is None else hot_tier.outcome_feed(pool)
+
+        def flushed(batch: list[Outcome], applied: set[int]) -> None:
+            self._after_flush(keeper, batch, applied)
+            if feed is not None:
+                # After the outcomes' commit: retried and released tasks go back to Redis
+                # (best effort, in the background; awaited at shutdown before the pool closes).
+                pushing = feed.after_outcomes(batch, applied)
+                if pushing is not None:
+                    self._background.add(pushing)
+                    pushing.add_done_callback(self._background.discard)
+
         buffer = OutcomeBuffer(
-            pool,
-            self.config.flush_size,
-            self.config.flush_interval,
-            on_flushed=lambda batch, applied: self._after_flush(keeper, batch, applied),
+            pool, self.config.flush_size, self.config.flush_interval, on_flushed=flushed
         )
         ledger = LedgerWriter(pool)
         # Plain-function handlers run in their lane's own pool, as many threads as the lane
@@ -365,7 +374,7 @@ class Worker:
             self.abandoned_threads = sum(p.alive_threads() for p in self._thread_pools.values())
             await pool.close()
             if hot_tier is not None:
-                await hot_tier.source.close()
+                await hot_tier.close()
             if self._sync_pool is not None:
                 self._sync_pool.close()
             self.completed = buffer.flushed

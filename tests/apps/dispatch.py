@@ -156,6 +156,16 @@ async def fails_slowly(ctx: TaskContext) -> None:
     raise RuntimeError(f"upstream said no (attempt {ctx.task.attempt})")
 
 
+# Retried five minutes later: QUEUED again within the immediate window (15 min), not due.
+LATER = RetryPolicy(base_seconds=300.0, jitter=0.0)
+
+
+@app.handler("fails_retry_later", retry=LATER)
+async def fails_retry_later(ctx: TaskContext) -> None:
+    await arecord(ctx, "execute")
+    raise RuntimeError(f"try again later (attempt {ctx.task.attempt})")
+
+
 # -- 4. the DEAD lane: fails until the flag 'healed' is set ------------------------------
 
 
