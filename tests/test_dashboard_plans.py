@@ -197,8 +197,15 @@ def _scans(plan: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def _buffers(plan: list[dict[str, Any]]) -> int:
-    top = plan[0]["Plan"]
-    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+    """Buffers the scans of the big tiers read (their heaps and indexes). The hot tier is
+    left out: it is small by design, but how small depends on when autovacuum last
+    truncated it (a VACUUM's truncation yields to any lock request on the table), and its
+    sequential scan, which reads every page, empty or not, would be counted too."""
+    return sum(
+        int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
+        for node in plan_nodes(plan)
+        if node.get("Relation Name") in BIG_TIERS
+    )
 
 
 def _reference(conn: psycopg.Connection, f: dict[str, Any]) -> list[int]:

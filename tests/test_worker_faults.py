@@ -277,6 +277,30 @@ def test_too_few_connection_slots_start_with_what_is_there(
     assert "Traceback" not in w.log()
 
 
+def test_a_worker_with_no_plain_connection_lets_its_plain_tasks_go_soon(
+    conn: psycopg.Connection,
+    workers: Workers,
+    limited_role: tuple[str, dict[str, Any]],
+) -> None:
+    # Three slots: heartbeat, listener and the async pool's first connection; none is left
+    # for the plain transactional handlers' pool. Waiting out that pool's 30 s timeout, the
+    # worker held the task while other workers could have run it, and, taking it again at
+    # its next claim, could hold it for good.
+    plain_env = workers.env
+    _, params = limited_role
+    workers.env = {**workers.env, "PGSCHED_DSN": make_conninfo(**params), "PGUSER": params["user"]}
+    short = workers.start("W1", app=APP, lease=3.0)
+    short.wait_log("no connection yet for plain transactional handlers")
+    task_id = schedule(conn, "tx_sync")
+    short.wait_log(f"task {task_id}: no connection for its transaction", timeout=15)
+    workers.env = plain_env
+    workers.start("W2", app=APP, lease=3.0)
+    final = wait_until(lambda: _all_done(conn, [task_id]), 30, what="the task done")
+    assert final == {task_id: "COMPLETED"}
+    assert short.alive()
+    assert "Traceback" not in short.log()
+
+
 def test_plain_transactional_handlers_keep_a_connection_when_slots_are_short(
     conn: psycopg.Connection, workers: Workers, db_dsn: str
 ) -> None:

@@ -63,6 +63,9 @@ class CheckedAsyncPool(AsyncConnectionPool):
 class CheckedPool(ConnectionPool):
     """A ConnectionPool whose checkout discards connections that died idle."""
 
+    # Set once the server has given this pool a connection (see `sync_pool`).
+    has_connected = False
+
     def getconn(self, timeout: float | None = None) -> Any:
         while True:
             conn = super().getconn(timeout)
@@ -108,9 +111,20 @@ def sync_pool(dsn: str, max_size: int, **kwargs: Any) -> CheckedPool:
     connection, opened by `open_async_pool` before the async pool grows. With few server
     slots the async pool growing first could take every slot, and these handlers would
     wait for a connection forever (each attempt timing out while it holds a worker slot)."""
-    return CheckedPool(
-        dsn, min_size=1, max_size=max_size, open=False, reconnect_failed=_gave_up, **kwargs
+
+    def connected(conn: psycopg.Connection[Any]) -> None:
+        pool.has_connected = True
+
+    pool = CheckedPool(
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        reconnect_failed=_gave_up,
+        configure=connected,
+        **kwargs,
     )
+    return pool
 
 
 async def open_async_pool(

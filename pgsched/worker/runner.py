@@ -24,6 +24,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from pgsched.handlers import CancelFlag, Registration, TaskContext, TaskRow, call_step
 from pgsched.observability.logs import (
@@ -40,6 +41,10 @@ from pgsched.worker.threads import RaisedInThread, describe_task, running_task
 log = logging.getLogger("pgsched.worker.runner")
 
 MAX_ERROR_CHARS = 4000
+
+# How long a plain transactional handler waits for a connection from a pool the server has
+# never given one (no slot for it), rather than the pool's timeout.
+NEVER_CONNECTED_WAIT_SECONDS = 2.0
 
 # What a handler may raise and still only fail its attempt. Not CancelledError: that is the
 # worker cancelling the task (shutdown). SystemExit, KeyboardInterrupt and GeneratorExit
@@ -67,6 +72,11 @@ def retry_outcome(
     cls = cls or error_class(error)
     log_attempt_failed(task, "RETRY", error, cls, delay.total_seconds(), shown)
     return Outcome(task.id, task.lease_token, "RETRY", error, delay)
+
+
+class NoConnectionYet(Exception):
+    """The plain transactional handlers' pool has never had a connection (the server has
+    had no slot for it): the task is given back, not failed, for a worker that can run it."""
 
 
 class ConnectionSource:
@@ -101,7 +111,17 @@ class ConnectionSource:
             raise RuntimeError("no connection pool for plain transactional handlers")
 
         def acquire_sync() -> Any:
-            conn = pool.getconn()
+            # A pool the server has never given a connection (no slot for it since the
+            # start): waiting out the pool's timeout would keep the task, and a worker slot,
+            # from workers that can run it, and this worker's next claim could take it
+            # again. Give up soon; the retry lets any worker take it.
+            if pool.has_connected:
+                conn = pool.getconn()
+            else:
+                try:
+                    conn = pool.getconn(NEVER_CONNECTED_WAIT_SECONDS)
+                except PoolTimeout as exc:
+                    raise NoConnectionYet(str(exc)) from exc
             try:
                 conn.execute(query("transaction_tenant_set"), params)
             except BaseException:
@@ -250,6 +270,18 @@ class TaskRunner:
     ) -> None:
         try:
             conn = await self._connections.acquire(registration.is_async, task.tenant_id)
+        except NoConnectionYet as exc:
+            log.warning(
+                "task %s: no connection for its transaction (%s); released for another worker "
+                "(connection slots short)",
+                task.id,
+                exc,
+                extra=task_fields(task, error_class="no_connection_slot"),
+            )
+            # Not run: the attempt is given back and the task is due at once for any worker.
+            reason = "released: no connection for its transaction (connection slots short)"
+            self._record(Outcome(task.id, task.lease_token, "RELEASED", reason))
+            return
         except Exception as exc:
             log.warning(
                 "task %s: no connection for its transaction (%s); retrying",
