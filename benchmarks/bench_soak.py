@@ -36,6 +36,7 @@ import argparse
 import ast
 import math
 import re
+import shutil
 import statistics
 import sys
 import threading
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from benchmarks import measure
 
@@ -67,22 +69,27 @@ SCHEDULE_SQL = (
 )
 
 WINDOW_SQL = """
-SELECT count(*) FILTER (WHERE to_status = 'COMPLETED'),
-       count(*) FILTER (WHERE to_status = 'PROCESSING' AND from_status <> 'PROCESSING'),
-       count(*) FILTER (WHERE from_status = 'PROCESSING' AND to_status IN ('QUEUED', 'PENDING')),
-       count(*) FILTER (WHERE to_status = 'FAILED'),
+SELECT count(*) FILTER (WHERE to_status = 'COMPLETED') AS completed,
+       count(*) FILTER (WHERE to_status = 'PROCESSING' AND from_status <> 'PROCESSING')
+           AS claimed,
+       count(*) FILTER (WHERE from_status = 'PROCESSING' AND to_status IN ('QUEUED', 'PENDING'))
+           AS retried,
+       count(*) FILTER (WHERE to_status = 'FAILED') AS failed,
        percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
            ORDER BY extract(EPOCH FROM occurred_at - scheduled_for) * 1000)
-           FILTER (WHERE to_status = 'PROCESSING' AND from_status <> 'PROCESSING'),
+           FILTER (WHERE to_status = 'PROCESSING' AND from_status <> 'PROCESSING')
+           AS lateness_ms,
        max(extract(EPOCH FROM occurred_at - scheduled_for) * 1000)
            FILTER (WHERE to_status = 'PROCESSING' AND from_status <> 'PROCESSING')
+           AS lateness_max_ms
   FROM pgsched.task_events
  WHERE occurred_at >= %(lo)s AND occurred_at < %(hi)s
 """
 
 # Summed over partitions, so the figures mean the same before and after a table is split
 # into time partitions (pg_partition_tree lists nothing for a plain table: it is its own
-# one leaf).
+# one leaf). n_tup_del counts the rows retention deleted (completed tasks never leave the
+# done tier otherwise); a dropped partition takes its counts with it.
 SIZES_SQL = """
 WITH done AS (
     SELECT relid FROM pg_partition_tree('pgsched.tasks')
@@ -91,37 +98,52 @@ WITH done AS (
     SELECT relid FROM pg_partition_tree('pgsched.task_events') WHERE isleaf
     UNION
     SELECT oid FROM pg_class WHERE oid = 'pgsched.task_events'::regclass AND relkind = 'r'
+), done_stats AS (
+    SELECT coalesce(sum(n_live_tup), 0) AS live, coalesce(sum(n_dead_tup), 0) AS dead,
+           coalesce(sum(n_tup_del), 0) AS deleted
+      FROM pg_stat_all_tables WHERE relid IN (SELECT relid FROM done)
+), events_stats AS (
+    SELECT coalesce(sum(n_live_tup), 0) AS live, coalesce(sum(n_dead_tup), 0) AS dead,
+           coalesce(sum(n_tup_del), 0) AS deleted
+      FROM pg_stat_all_tables WHERE relid IN (SELECT relid FROM events)
+), hot_stats AS (
+    SELECT coalesce(n_dead_tup, 0) AS dead, coalesce(n_live_tup, 0) AS live,
+           autovacuum_count AS autovacuums
+      FROM pg_stat_all_tables WHERE relid = 'pgsched.tasks_hot'::regclass
 )
-SELECT pg_total_relation_size('pgsched.tasks_hot'),
-       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM done),
-       (SELECT coalesce(sum(n_live_tup), 0) FROM pg_stat_all_tables
-         WHERE relid IN (SELECT relid FROM done)),
-       (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_all_tables
-         WHERE relid IN (SELECT relid FROM done)),
-       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM events),
-       (SELECT count(*) FROM events),
-       (SELECT coalesce(sum(n_live_tup), 0) FROM pg_stat_all_tables
-         WHERE relid IN (SELECT relid FROM events)),
-       (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_all_tables
-         WHERE relid IN (SELECT relid FROM events)),
-       pg_total_relation_size('pgsched.idempotency_keys'),
-       pg_database_size(current_database()),
-       (SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()),
-       pg_current_wal_lsn()::text
+SELECT pg_total_relation_size('pgsched.tasks_hot') AS hot_bytes,
+       (SELECT dead FROM hot_stats) AS hot_dead_tup,
+       (SELECT live FROM hot_stats) AS hot_live_tup,
+       (SELECT autovacuums FROM hot_stats) AS hot_autovacuums,
+       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM done) AS done_bytes,
+       (SELECT live FROM done_stats) AS done_live_tup,
+       (SELECT dead FROM done_stats) AS done_dead_tup,
+       (SELECT deleted FROM done_stats) AS done_deleted,
+       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM events) AS events_bytes,
+       (SELECT count(*) FROM events) AS events_partitions,
+       (SELECT live FROM events_stats) AS events_live_tup,
+       (SELECT dead FROM events_stats) AS events_dead_tup,
+       (SELECT deleted FROM events_stats) AS events_deleted,
+       pg_total_relation_size('pgsched.idempotency_keys') AS keys_bytes,
+       pg_database_size(current_database()) AS db_bytes,
+       (SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()) AS pg_wal_bytes,
+       pg_current_wal_lsn()::text AS lsn
 """
 
-HOT_SQL = """
-SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0), s.autovacuum_count,
-       (SELECT count(*) FROM pgsched.tasks_hot
-         WHERE status = 'QUEUED' AND next_run_at <= clock_timestamp()),
-       (SELECT count(*) FROM pgsched.tasks_hot WHERE status = 'PROCESSING'),
-       (SELECT count(*) FROM pgsched.tasks WHERE status = 'FAILED')
-  FROM pg_stat_all_tables AS s
- WHERE s.relid = 'pgsched.tasks_hot'::regclass
+QUEUE_SQL = """
+SELECT count(*) FILTER (WHERE status = 'QUEUED' AND next_run_at <= clock_timestamp())
+           AS due_waiting,
+       count(*) FILTER (WHERE status = 'PROCESSING') AS processing,
+       (SELECT count(*) FROM pgsched.tasks WHERE status = 'FAILED') AS dead_lane
+  FROM pgsched.tasks_hot
 """
 
-# The sweeper's INFO line for a sweep that did something: `sweep retention: {...} (0.123s)`.
-SWEEP_LINE = re.compile(r"sweep (\w+): (\{[^}]*\}) \((\d+(?:\.\d+)?)s\)")
+# The sweeper's INFO line for a sweep that did something (text log format):
+# `2026-12-03 16:05:35,468 INFO pgsched.sweeps: sweep retention: {...} (1.035s)`.
+SWEEP_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)?.*?sweep (\w+): (\{[^}]*\}) \((\d+(?:\.\d+)?)s\)$",
+    re.MULTILINE,
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -217,12 +239,28 @@ class Producer:
 
 
 def sweep_runs(log_text: str) -> list[dict[str, Any]]:
-    """The sweeps that did something, in the order the sweeper logged them."""
-    runs = []
-    for m in SWEEP_LINE.finditer(log_text):
-        counts = ast.literal_eval(m[2])
-        runs.append({"sweep": m[1], "counts": counts, "seconds": float(m[3])})
-    return runs
+    """The sweeps that did something, in the order the sweeper logged them (when it
+    finished each: the log's local time, as written)."""
+    return [
+        {"at": m[1], "sweep": m[2], "counts": ast.literal_eval(m[3]), "seconds": float(m[4])}
+        for m in SWEEP_LINE.finditer(log_text)
+    ]
+
+
+def sweep_summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per sweep: how many runs did something, their durations, what they counted."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({r["sweep"] for r in runs}):
+        mine = [r for r in runs if r["sweep"] == name]
+        out[name] = {
+            "runs": len(mine),
+            "seconds": measure.percentiles([r["seconds"] for r in mine]),
+            "counted": {
+                k: sum(int(r["counts"].get(k, 0)) for r in mine)
+                for k in sorted({k for r in mine for k in r["counts"]})
+            },
+        }
+    return out
 
 
 def mib(n: Any) -> float:
@@ -235,66 +273,66 @@ class Sampler:
     started: float  # time.monotonic() at the start of the run
     window_lo: datetime
     lsn: str
+    deleted: tuple[int, int] = (0, 0)  # done tier, events: n_tup_del at the last sample
     samples: list[dict[str, Any]] = field(default_factory=list)
 
     def take(self, sweeper_log: Callable[[], str], scheduled: int) -> dict[str, Any]:
         t0 = time.perf_counter()
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            now = measure.one(conn, "SELECT clock_timestamp()")
-            hi = now - timedelta(seconds=SETTLE_S)
-            row = conn.execute(WINDOW_SQL, {"lo": self.window_lo, "hi": hi}).fetchone()
-            assert row is not None
-            done, claimed, retried, failed, pct, late_max = row
-            sizes = conn.execute(SIZES_SQL).fetchone()
-            assert sizes is not None
-            wal = measure.one(
-                conn, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (sizes[-1], self.lsn)
-            )
-            hot = conn.execute(HOT_SQL).fetchone()
-            assert hot is not None
+        with psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row) as conn:
+            now = conn.execute("SELECT clock_timestamp() AS now").fetchone()
+            assert now is not None
+            hi = now["now"] - timedelta(seconds=SETTLE_S)
+            w = conn.execute(WINDOW_SQL, {"lo": self.window_lo, "hi": hi}).fetchone()
+            z = conn.execute(SIZES_SQL).fetchone()
+            q = conn.execute(QUEUE_SQL).fetchone()
+            assert w is not None and z is not None and q is not None
+            wal = conn.execute(
+                "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn) AS bytes", (z["lsn"], self.lsn)
+            ).fetchone()
+            assert wal is not None
         span = max((hi - self.window_lo).total_seconds(), 1e-9)
         retention = [r for r in sweep_runs(sweeper_log()) if r["sweep"] == "retention"]
-        deleted = {
-            name: sum(int(r["counts"].get(name, 0)) for r in retention)
-            for name in ("tasks", "events")
-        }
+        late = w["lateness_ms"]
         sample = {
             "t_min": round((time.monotonic() - self.started) / 60, 2),
             "window_s": round(span, 1),
-            "completed_per_s": round(int(done) / span, 1),
-            "claimed_per_s": round(int(claimed) / span, 1),
-            "retried_per_s": round(int(retried) / span, 1),
-            "failed_dead": int(failed),
-            "lateness_p50_ms": round(pct[0], 2) if pct else None,
-            "lateness_p99_ms": round(pct[1], 2) if pct else None,
-            "lateness_max_ms": round(late_max, 2) if late_max is not None else None,
-            "due_waiting": int(hot[3]),
-            "processing": int(hot[4]),
-            "dead_lane": int(hot[5]),
-            "hot_mib": mib(sizes[0]),
-            "hot_dead_tup": int(hot[0]),
-            "hot_live_tup": int(hot[1]),
-            "hot_autovacuums": int(hot[2]),
-            "done_mib": mib(sizes[1]),
-            "done_live_tup": int(sizes[2]),
-            "done_dead_tup": int(sizes[3]),
-            "events_mib": mib(sizes[4]),
-            "events_partitions": int(sizes[5]),
-            "events_live_tup": int(sizes[6]),
-            "events_dead_tup": int(sizes[7]),
-            "keys_mib": mib(sizes[8]),
-            "db_mib": mib(sizes[9]),
-            "pg_wal_mib": mib(sizes[10]),
-            "wal_mib_per_s": round(float(wal) / MIB / span, 3),
-            "retention_runs": len(retention),
-            "retention_deleted_tasks": deleted["tasks"],
-            "retention_deleted_events": deleted["events"],
-            "retention_last_s": retention[-1]["seconds"] if retention else None,
+            "completed_per_s": round(int(w["completed"]) / span, 1),
+            "claimed_per_s": round(int(w["claimed"]) / span, 1),
+            "retried_per_s": round(int(w["retried"]) / span, 1),
+            "failed_dead": int(w["failed"]),
+            "lateness_p50_ms": round(late[0], 2) if late else None,
+            "lateness_p99_ms": round(late[1], 2) if late else None,
+            "lateness_max_ms": (
+                round(w["lateness_max_ms"], 2) if w["lateness_max_ms"] is not None else None
+            ),
+            "due_waiting": int(q["due_waiting"]),
+            "processing": int(q["processing"]),
+            "dead_lane": int(q["dead_lane"]),
+            "hot_mib": mib(z["hot_bytes"]),
+            "hot_dead_tup": int(z["hot_dead_tup"]),
+            "hot_live_tup": int(z["hot_live_tup"]),
+            "hot_autovacuums": int(z["hot_autovacuums"]),
+            "done_mib": mib(z["done_bytes"]),
+            "done_live_tup": int(z["done_live_tup"]),
+            "done_dead_tup": int(z["done_dead_tup"]),
+            "events_mib": mib(z["events_bytes"]),
+            "events_partitions": int(z["events_partitions"]),
+            "events_live_tup": int(z["events_live_tup"]),
+            "events_dead_tup": int(z["events_dead_tup"]),
+            "keys_mib": mib(z["keys_bytes"]),
+            "db_mib": mib(z["db_bytes"]),
+            "pg_wal_mib": mib(z["pg_wal_bytes"]),
+            "wal_mib_per_s": round(float(wal["bytes"]) / MIB / span, 3),
+            # Rows deleted in the window (n_tup_del; a partition dropped takes its count).
+            "pruned_tasks": max(int(z["done_deleted"]) - self.deleted[0], 0),
+            "pruned_events": max(int(z["events_deleted"]) - self.deleted[1], 0),
+            "retention_runs_logged": len(retention),
             "scheduled": scheduled,
             "loadavg_1m": measure.loadavg()[0],
             "sample_ms": round((time.perf_counter() - t0) * 1e3, 1),
         }
-        self.window_lo, self.lsn = hi, sizes[-1]
+        self.window_lo, self.lsn = hi, z["lsn"]
+        self.deleted = (int(z["done_deleted"]), int(z["events_deleted"]))
         self.samples.append(sample)
         return sample
 
@@ -367,7 +405,7 @@ COLUMNS = (
     ("events_partitions", "parts", "{:,}"),
     ("db_mib", "db MiB", "{:,.0f}"),
     ("wal_mib_per_s", "WAL MiB/s", "{:.2f}"),
-    ("retention_deleted_tasks", "pruned", "{:,}"),
+    ("pruned_tasks", "pruned", "{:,}"),
     ("loadavg_1m", "load", "{:.1f}"),
 )
 
@@ -562,9 +600,12 @@ def soak(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         producer.stop()
         codes = workers.stop(dsn=dsn) + sweepers.stop(dsn=dsn)
-    log_text = sweepers.log_text()
-    retention = [r for r in sweep_runs(log_text) if r["sweep"] == "retention"]
+    runs = sweep_runs(sweepers.log_text())
     warnings = workers.warnings() + sweepers.warnings()
+    if args.logs is not None:
+        args.logs.mkdir(parents=True, exist_ok=True)
+        for log in [*workers.logs, *sweepers.logs]:
+            shutil.copy(log, args.logs / log.name)
     workers.cleanup()
     sweepers.cleanup()
     warmup = (args.retention_minutes * 60 + args.retention_interval) / 60
@@ -593,14 +634,8 @@ def soak(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "completed_total": round(
             sum(s["completed_per_s"] * s["window_s"] for s in sampler.samples)
         ),
-        "retention_sweeps": {
-            "runs": len(retention),
-            "seconds": measure.percentiles([r["seconds"] for r in retention]),
-            "deleted": {
-                k: sum(int(r["counts"].get(k, 0)) for r in retention)
-                for k in sorted({k for r in retention for k in r["counts"]})
-            },
-        },
+        "sweeps": sweep_summary(runs),
+        "sweep_runs": runs,
         "exit_codes": codes,
         "warnings": warnings,
         "flatness": flat,
@@ -626,6 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dsn", default=None, help="run in this (scratch) database instead")
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "soak.json")
     parser.add_argument("--plot", type=Path, default=PLOTS / "soak.png")
+    parser.add_argument("--logs", type=Path, default=None, help="keep the processes' logs here")
     args = parser.parse_args(argv)
     for name in ("minutes", "rate", "sample_seconds", "retention_minutes", "retention_interval"):
         if getattr(args, name) <= 0:
@@ -651,9 +687,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(document["samples"]))
     print(
         f"\nwarm-up {document['warmup_min']:g} min (retention + one interval);"
-        f" retention sweeps {document['retention_sweeps']['runs']},"
-        f" deleted {document['retention_sweeps']['deleted']}"
+        " sweeps that did something (runs, seconds p50 / max, counted):"
     )
+    for name, sweep in document["sweeps"].items():
+        secs = sweep["seconds"]
+        print(f"  {name}: {sweep['runs']}, {secs['p50']} / {secs['max']} s, {sweep['counted']}")
     for line in flatness_lines(document["flatness"]):
         print(line)
     document["plot"] = str(args.plot) if plot(document, args.plot) else None

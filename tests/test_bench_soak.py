@@ -62,8 +62,8 @@ def test_a_short_soak_writes_its_table_json_and_plot(tmp_path: Path, db_dsn: str
     assert document["scheduled_one_off"] > 0
     assert any(s["lateness_p99_ms"] is not None for s in samples)
     # The sweeper really pruned: finished tasks and their events were deleted.
-    assert document["retention_sweeps"]["runs"] >= 1
-    assert document["retention_sweeps"]["deleted"]["tasks"] > 0
+    assert document["sweeps"]["retention"]["runs"] >= 1
+    assert document["sweeps"]["retention"]["counted"]["tasks"] > 0
     assert set(document["flatness"]) == {name for name, _, _ in SERIES}
     assert document["exit_codes"] == [0, 0]
 
@@ -96,11 +96,13 @@ def test_sweep_lines_are_read_from_the_sweepers_log_format() -> None:
     )
     assert sweep_runs(log) == [
         {
+            "at": "2026-12-03 16:00:00",
             "sweep": "retention",
             "counts": {"tasks": 120, "events": 250, "idempotency_keys": 30},
             "seconds": 0.042,
         },
         {
+            "at": "2026-12-03 16:00:00",
             "sweep": "rescue",
             "counts": {"promoted_late": 0, "leases_rescued": 2, "overdue_woken": 0},
             "seconds": 0.003,
