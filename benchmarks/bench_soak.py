@@ -44,7 +44,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -437,10 +436,11 @@ def flatness_lines(flat: dict[str, dict[str, Any]]) -> list[str]:
 def plot(document: dict[str, Any], path: Path) -> bool:
     """The series against time, one panel each, the warm-up shaded; False (and a message)
     when matplotlib is not installed."""
-    if find_spec("matplotlib") is None:
+    try:
+        import matplotlib
+    except ImportError:
         print("no plot: matplotlib is not installed (pip install -e '.[bench]')")
         return False
-    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
