@@ -230,7 +230,8 @@ class Producer:
 
     def stop(self) -> None:
         self._stop_event.set()
-        self._thread.join(timeout=30)
+        if self._thread.ident is not None:  # started (a run that failed to start never was)
+            self._thread.join(timeout=30)
 
 
 # --------------------------------------------------------------------------------------
