@@ -458,14 +458,25 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def pgsched_lateness(
-    dsn: str, rate: float, duration: float, plan: Plan, name: str = "bench-late"
+    dsn: str,
+    rate: float,
+    duration: float,
+    plan: Plan,
+    name: str = "bench-late",
+    processes: int = 1,
+    batch_size: int | None = None,
+    concurrency: int | None = None,
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
     """rate x duration tasks due at exact 1/rate spacing, scheduled in advance (IMMEDIATE:
-    QUEUED + NOTIFY), one worker process running; lateness from pgsched.task_runs."""
+    QUEUED + NOTIFY), `processes` worker processes running (batch size and concurrency:
+    the plan's unless given; `extra`: more worker flags); lateness from pgsched.task_runs."""
     n = int(rate * duration)
+    batch_size = plan.lateness_batch if batch_size is None else batch_size
+    concurrency = plan.lateness_concurrency if concurrency is None else concurrency
     clear_worked_tasks(dsn)
     commit_ms = commit_latency(dsn, 20)["ms"]["p50"]
-    workers = pgsched_workers(dsn, name, 1, plan.lateness_batch, plan.lateness_concurrency)
+    workers = pgsched_workers(dsn, name, processes, batch_size, concurrency, extra=extra)
     workers.start()
     pm = postmaster_pid(dsn)
     sampler = XactSampler(dsn, name)
@@ -499,8 +510,10 @@ def pgsched_lateness(
         "schedule_s": round(schedule_s, 3),
         "schedule_margin_s": round(margin, 3),
         "all_completed": done,
-        "batch_size": plan.lateness_batch,
-        "concurrency": plan.lateness_concurrency,
+        "processes": processes,
+        "batch_size": batch_size,
+        "concurrency": concurrency,
+        "worker_flags": list(extra),
         "commit_p50_ms_before": commit_ms,
         **lateness_figures(values, n),
         "cpu": cpu,

@@ -2248,6 +2248,14 @@ BEGIN
     -- A retry due soon wakes its lane, so it runs when due and not at the next backup poll.
     PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
 
+    IF cardinality(done) = cardinality(task_ids) THEN
+        -- Every report applied (the usual flush): no stale report to record, and no
+        -- statement to plan for it (planning a join against every partition of
+        -- pgsched.tasks was the largest fixed cost of a flush).
+        RETURN QUERY SELECT u.id, TRUE FROM unnest(task_ids) AS u(id);
+        RETURN;
+    END IF;
+
     -- Reports that lost their lease change nothing; say so on the task's record.
     INSERT INTO pgsched.task_events (
         task_id, tenant_id, task_type, from_status, to_status,

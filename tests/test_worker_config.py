@@ -37,11 +37,12 @@ REFUSED = [
     ({"cancel_grace_seconds": math.inf}, "--cancel-grace must be a finite number of seconds"),
     ({"batch_rate": -5.0}, "--batch-rate must be a positive number of tasks per second (got -5.0)"),
     ({"batch_rate": math.inf}, "--batch-rate must be a positive number of tasks per second"),
-    ({"flush_interval": 0.0}, "flush_interval must be more than 0 seconds (got 0)"),
+    ({"flush_interval": 0.0}, "--flush-interval must be more than 0 seconds (got 0)"),
     ({"rescue_interval": -1.0}, "rescue_interval must be more than 0 seconds (got -1)"),
     ({"max_stuck_threads": -1}, "--max-stuck-threads must be at least 0 (got -1)"),
     ({"stall_threshold": 0.0}, "--stall-threshold must be more than 0 seconds (got 0)"),
     ({"wakeup_debounce": -0.1}, "--wakeup-debounce must be at least 0 seconds (got -0.1)"),
+    ({"claim_interval": -0.01}, "--claim-interval must be at least 0 seconds (got -0.01)"),
     ({"batch_size": 2.5}, "--batch-size must be a whole number (got 2.5)"),
 ]
 

@@ -235,7 +235,7 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     "--lanes", default="high,normal,low", show_default=True, help="Lanes to run, comma-separated."
 )
 @click.option(
-    "--concurrency", type=int, default=16, show_default=True, help="Tasks at once, per lane."
+    "--concurrency", type=int, default=100, show_default=True, help="Tasks at once, per lane."
 )
 @click.option("--batch-size", type=int, default=100, show_default=True, help="Max rows per claim.")
 @click.option(
@@ -244,6 +244,13 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     default=500,
     show_default=True,
     help="Max outcomes per completion statement; claims pause while this many wait.",
+)
+@click.option(
+    "--flush-interval",
+    type=float,
+    default=0.005,
+    show_default=True,
+    help="Outcomes wait at most this long (s) for others to share their completion statement.",
 )
 @click.option(
     "--lease",
@@ -301,6 +308,14 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     show_default=True,
     help="At most one NOTIFY-triggered claim per lane per this interval (s).",
 )
+@click.option(
+    "--claim-interval",
+    type=float,
+    default=0.005,
+    show_default=True,
+    help="After a claim that found fewer due tasks than it asked for, wait this long (s)"
+    " before the next: fewer, larger claims; bounds the lateness it adds.",
+)
 @metrics_options
 @click.option(
     "--metrics-tenant-label",
@@ -321,6 +336,7 @@ def worker(
     concurrency: int,
     batch_size: int,
     flush_size: int,
+    flush_interval: float,
     lease_seconds: float,
     poll_interval: float,
     grace_seconds: float,
@@ -332,6 +348,7 @@ def worker(
     max_stuck_threads: int,
     stall_threshold: float,
     wakeup_debounce: float,
+    claim_interval: float,
     metrics_port: int | None,
     metrics_host: str,
     queue_depth_interval: float,
@@ -358,6 +375,7 @@ def worker(
         concurrency=concurrency,
         batch_size=batch_size,
         flush_size=flush_size,
+        flush_interval=flush_interval,
         lease_seconds=lease_seconds,
         poll_interval=poll_interval,
         grace_seconds=grace_seconds,
@@ -370,6 +388,7 @@ def worker(
         max_stuck_threads=max_stuck_threads,
         stall_threshold=stall_threshold,
         wakeup_debounce=wakeup_debounce,
+        claim_interval=claim_interval,
         hot_tier=hot_tier_config(
             redis_url, redis_namespace=redis_namespace, redis_allow_eviction=redis_allow_eviction
         ),

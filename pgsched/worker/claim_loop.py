@@ -1,8 +1,16 @@
 """One claim loop per lane.
 
-Claim as many due tasks as there are free slots (at most `batch_size`), start them, and
-when the lane runs dry sleep until the earliest of: the lane's next due time (asked of the
-database, measured by its clock), a NOTIFY for the lane, or the jittered backup poll.
+Claim as many due tasks as there are free slots (at most `batch_size`) and start them.
+A claim that got all it asked for is followed by the next one at once (a backlog is drained
+back to back). A claim that got some rows but fewer is followed by the next one
+`claim_interval` after it was sent: work is coming due steadily, and each claim has a fixed
+cost (a round trip, its statements' planning, a commit), so waiting a few milliseconds
+gathers what comes due meanwhile into one claim instead of many claims of a row or two.
+The interval bounds the lateness it adds. A claim that got nothing sleeps until the
+earliest of: the lane's next due time (asked of the database, measured by its clock), a
+NOTIFY for the lane, or the jittered backup poll; never sooner than `claim_interval` after
+the claim. Only due rows the claim could have taken but did not (others held them locked,
+or a limit had no room) make it back off; rows that came due while it ran do not.
 
 A NOTIFY is a hint that the lane may have work, nothing more (its payload is never read).
 Wake-ups coalesce: a notification wakes the lane at once unless a notification already
@@ -19,7 +27,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -73,6 +81,7 @@ class LaneLoop:
         room: Callable[[], Awaitable[None]] | None = None,
         stuck_threads: Callable[[], int] | None = None,
         debounce: float = 0.0,
+        claim_interval: float = 0.0,
     ) -> None:
         self.lane = lane
         self.settings = settings
@@ -85,6 +94,7 @@ class LaneLoop:
         self._room = room
         self._stuck_threads = stuck_threads
         self.debounce = debounce
+        self.claim_interval = claim_interval
         self._notified_at = -debounce
         self._limiter = RateLimiter(settings.rate) if settings.rate else None
         self.in_flight = 0
@@ -125,6 +135,7 @@ class LaneLoop:
             # Cleared before claiming: a NOTIFY that lands during the claim is kept.
             self.wakeup.clear()
             self.claims += 1
+            sent = time.monotonic()
             try:
                 tasks = await self._claim(self.lane, want)
             except psycopg.errors.SerializationFailure:
@@ -140,24 +151,43 @@ class LaneLoop:
                 self.in_flight += 1
                 self.claimed += 1
                 self._start(task, self._free_slot)
-            if len(tasks) < want:
-                await self._sleep_until_work()
-            else:
+            if len(tasks) >= want:
                 self._short_claims = 0
+            elif tasks:
+                # Work is coming due as we go: gather the next claim's worth.
+                self._short_claims = 0
+                await self._sleep_until(sent + self.claim_interval)
+            else:
+                await self._sleep_until_work(sent)
 
-    async def _sleep_until_work(self) -> None:
+    async def _sleep_until(self, deadline: float) -> None:
+        delay = deadline - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _sleep_until_work(self, sent: float) -> None:
         timeout = self.poll_interval * random.uniform(0.75, 1.25)
         try:
             next_due, db_now = await self._next_due(self.lane)
         except Exception as exc:
             log.warning("next-due query on lane %s failed (%s)", self.lane, exc)
             next_due, db_now = None, datetime.now()
+        earliest = sent + self.claim_interval
         if next_due is not None:
+            # The claim began after `sent`: by the database's clock, no earlier than db_now
+            # minus the time since. A row due by then was there for the claim to take.
+            claim_began = db_now - timedelta(seconds=time.monotonic() - sent)
+            if next_due <= claim_began:
+                # Due rows the claim did not get (held by other claims, or over a limit):
+                # back off briefly, doubling while it goes on.
+                backoff = min(0.002 * 2**self._short_claims, SHORT_CLAIM_BACKOFF_MAX)
+                self._short_claims = min(self._short_claims + 1, 16)
+                await self._sleep_until(max(earliest, time.monotonic() + backoff))
+                return
             timeout = min(timeout, max((next_due - db_now).total_seconds(), 0.0))
+        # Never sooner than claim_interval after the last claim.
+        timeout = max(timeout, earliest - time.monotonic())
         if timeout <= 0:
-            # Due rows exist but this claim did not get them: back off briefly, then retry.
-            await asyncio.sleep(min(0.002 * 2**self._short_claims, SHORT_CLAIM_BACKOFF_MAX))
-            self._short_claims = min(self._short_claims + 1, 16)
             return
         try:
             await asyncio.wait_for(self.wakeup.wait(), timeout)
@@ -168,3 +198,4 @@ class LaneLoop:
         if since < self.debounce:
             await asyncio.sleep(self.debounce - since)
         self._notified_at = time.monotonic()
+        await self._sleep_until(earliest)

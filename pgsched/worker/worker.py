@@ -53,6 +53,10 @@ log = logging.getLogger("pgsched.worker")
 # stuck: not 0 (a supervisor must restart it), not 1 (a crash), not 2 (a usage error).
 EXIT_STUCK_THREADS = 3
 
+# Connections the worker opens for transactional handlers, at most (per pool): the most the
+# old default concurrency (16 per lane, three lanes) could hold.
+MAX_TRANSACTION_CONNECTIONS = 48
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -166,10 +170,13 @@ class Worker:
         listen = asyncio.create_task(wakeups.run(), name="pgsched-listen")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wakeups.connected.wait(), 2.0)
+        # Each running transactional handler holds a connection: at most this many at once
+        # (more wait in the pool), so a high --concurrency does not open hundreds.
+        held = min(concurrency, MAX_TRANSACTION_CONNECTIONS)
         pool = async_pool(
             self.dsn,
             min_size=len(lanes) + 2,
-            max_size=2 * len(lanes) + 4 + (concurrency if transactional else 0),
+            max_size=2 * len(lanes) + 4 + (held if transactional else 0),
             # Every hot-path call is one statement: autocommit spares a BEGIN and a COMMIT.
             kwargs={"autocommit": True, **self.config.connect_kwargs},
         )
@@ -177,7 +184,9 @@ class Worker:
             # Made once, here: plain transactional handlers share it from many threads. Its
             # kept connection comes before the async pool grows (few slots: both get one).
             self._sync_pool = sync_pool(
-                self.dsn, self.config.concurrency, kwargs=self.config.connect_kwargs
+                self.dsn,
+                min(self.config.concurrency, MAX_TRANSACTION_CONNECTIONS),
+                kwargs=self.config.connect_kwargs,
             )
         if not await open_async_pool(pool, self._stop_requested, plain_pool=self._sync_pool):
             listen.cancel()
@@ -303,6 +312,7 @@ class Worker:
                 room=buffer.room,
                 stuck_threads=self._thread_pools[lane].stuck_count,
                 debounce=self.config.wakeup_debounce,
+                claim_interval=self.config.claim_interval,
             )
             for lane in lanes
         ]
