@@ -17,10 +17,10 @@ each, the figures are per task:
              the backends: on a loaded machine they include waiting for a core.
   functions  track_functions: task_claim_many, task_finish_many and the transition
              trigger (task_record_transitions), total and self time.
-  python     with --py-spy: samples of one worker process (its CPU only, not idle),
-             attributed to the claim, the completion flush, running the task (runner and
-             handler), the lease heartbeat thread, and the rest (the event loop itself,
-             asyncio, the driver outside those).
+  python     with --py-spy: the workers' CPU per task shared out by where the samples of
+             one worker process fell (waits in the selector left out): the claim, the
+             completion flush, running the task (runner and handler), the lease heartbeat
+             thread, and the rest (the event loop itself, asyncio, the driver outside those).
 
 A throwaway server is started with pg_stat_statements preloaded (durable as every other
 benchmark's: fsync and synchronous_commit on). --dsn must name a server that preloads it.
@@ -63,6 +63,7 @@ STATEMENTS = {
 }
 FUNCTIONS = ("task_claim_many", "task_finish_many", "task_record_transitions")
 PY_SPY_RATE = 250
+IDLE_LEAVES = ("EpollSelector.select", "select (", "poll (", "wait (")
 # py-spy frames are "function (path:line)": the first pgsched part found from the leaf up.
 PY_PARTS = (
     ("claim", ("pgsched/worker/claims.py", "claim (pgsched/worker/worker.py")),
@@ -129,15 +130,18 @@ def function_figures(dsn: str, n: int) -> dict[str, dict[str, float]]:
     }
 
 
-def python_parts(raw: Path, n: int) -> dict[str, float]:
-    """py-spy's collapsed stacks -> µs of the sampled worker's CPU per task, by part. The
-    sampled process ran about 1/processes of the tasks: per task of its own share."""
+def python_parts(raw: Path, cpu_us_per_task: float) -> dict[str, float]:
+    """py-spy's collapsed stacks -> the workers' CPU per task (µs, measured from /proc),
+    shared out by where the samples fell. Samples in the selector's wait are left out: on a
+    loaded machine a woken process waits for a core there, which py-spy counts as active."""
     parts: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         frames = stack.split(";")
+        if frames[-1].startswith(IDLE_LEAVES):
+            continue
         part = "event loop and the rest"
         for frame in reversed(frames):
             found = next((p for p, keys in PY_PARTS if any(k in frame for k in keys)), None)
@@ -145,7 +149,8 @@ def python_parts(raw: Path, n: int) -> dict[str, float]:
                 part = found
                 break
         parts[part] += int(count)
-    return {p: round(c / PY_SPY_RATE / n * 1e6, 1) for p, c in parts.most_common()}
+    total = sum(parts.values()) or 1
+    return {p: round(c / total * cpu_us_per_task, 1) for p, c in parts.most_common()}
 
 
 def start_py_spy(pid: int) -> tuple[subprocess.Popen[bytes], Path]:
@@ -227,7 +232,9 @@ def profile(
         "lateness_ms": late,
         "statements": statements,
         "functions": functions,
-        "python_us_per_task": python_parts(spy[1], n // processes) if spy else None,
+        "python_us_per_task": (
+            python_parts(spy[1], cpu["clients_cpu_s"] / n * 1e6) if spy else None
+        ),
         "worker_exit_codes": codes,
         "loadavg": measure.loadavg(),
     }
@@ -260,7 +267,7 @@ def report(r: dict[str, Any]) -> None:
         )
     if r["python_us_per_task"]:
         parts = ", ".join(f"{k} {v}" for k, v in r["python_us_per_task"].items())
-        measure.note(f"  python (µs of one worker's CPU per task it ran): {parts}")
+        measure.note(f"  python (workers' CPU per task, µs, by py-spy's share): {parts}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -313,17 +313,26 @@ async def _pgq_enqueue_at(dsn: str, due: Sequence[datetime]) -> list[int]:
     return ids
 
 
-async def _pgq_worker(dsn: str, managers: int, batch_size: int, out: str | None) -> None:
-    from pgqueuer.db import PsycopgDriver
+async def _pgq_worker(
+    dsn: str, managers: int, batch_size: int, out: str | None, driver: str = "psycopg"
+) -> None:
+    from pgqueuer.db import AsyncpgDriver, PsycopgDriver
     from pgqueuer.models import Job
     from pgqueuer.qm import QueueManager
     from pgqueuer.queries import Queries
 
     record: list[tuple[int, float, float, float]] = []
-    conns = [await _pgq_connect(dsn) for _ in range(managers)]
+    if driver == "asyncpg":
+        import asyncpg
+
+        conns = [await asyncpg.connect(dsn) for _ in range(managers)]
+        drivers = [AsyncpgDriver(conn) for conn in conns]
+    else:
+        conns = [await _pgq_connect(dsn) for _ in range(managers)]
+        drivers = [PsycopgDriver(conn) for conn in conns]
     qms = []
-    for conn in conns:
-        qm = QueueManager(Queries(PsycopgDriver(conn)))
+    for db in drivers:
+        qm = QueueManager(Queries(db))
 
         @qm.entrypoint(TASK)
         async def noop(job: Job) -> None:
@@ -426,6 +435,7 @@ class PgQueuer:
     ) -> Procs:
         argv = [*WORKER, "pgqueuer", "--dsn", dsn, "--managers", str(setting["managers"])]
         argv += ["--batch-size", str(setting["batch_size"])]
+        argv += ["--driver", setting.get("driver", "psycopg")]
         return Procs(name, [argv] * processes, env={OUT_ENV: str(out / "out-{i}.txt")})
 
     def sweep(self, plan: Plan) -> list[dict[str, Any]]:
@@ -742,12 +752,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     worker.add_argument("--poll", type=float, default=0.1)
     worker.add_argument("--managers", type=int, default=1)
     worker.add_argument("--batch-size", type=int, default=10)
+    worker.add_argument("--driver", choices=["psycopg", "asyncpg"], default="psycopg")
     args = parser.parse_args(argv)
     out = os.environ.get(OUT_ENV)
     if args.system == "procrastinate":
         asyncio.run(_procrastinate_worker(args.dsn, args.concurrency, args.poll, out))
     else:
-        asyncio.run(_pgq_worker(args.dsn, args.managers, args.batch_size, out))
+        asyncio.run(_pgq_worker(args.dsn, args.managers, args.batch_size, out, args.driver))
 
 
 if __name__ == "__main__":
