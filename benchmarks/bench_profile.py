@@ -4,6 +4,7 @@
     python -m benchmarks.bench_profile --mode backlog --tasks 50000
     python -m benchmarks.bench_profile --mode steady --rate 5000 --duration 10 --py-spy
     python -m benchmarks.bench_profile --worker-flags "--concurrency 16"   # the old default
+    python -m benchmarks.bench_profile --fairness-off           # NORMAL claims in plain order
 
 Two ways of offering the same no-op tasks to `--processes` worker processes (default flags
 unless given): a backlog (every task due now: claims are full batches) and a steady rate
@@ -183,22 +184,21 @@ def profile(
     argv = [*measure.pgsched_exe(), "--dsn", dsn, "worker", "--app", measure.NOOP_APP]
     argv += ["--lanes", "normal", "--log-level", "WARNING", *flags]
     workers = measure.Procs(f"prof-{mode}", [argv] * processes)
-    lo = hi = 0
-    if mode == "backlog":
-        measure.schedule_due_now(dsn, n)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("ANALYZE pgsched.tasks_hot")
     workers.start()
     pm = measure.postmaster_pid(dsn)
     spy = None
     try:
         workers.wait_listening(dsn)
-        if mode == "steady":
-            first_due = measure.db_now(dsn) + timedelta(seconds=3.0 + n / 15_000)
-            run_ats = [first_due + timedelta(seconds=i / rate) for i in range(n)]
-            lo, hi, _ = measure.schedule_at(dsn, run_ats)
-            while (wait := (first_due - measure.db_now(dsn)).total_seconds()) > 0.2:
-                time.sleep(min(wait - 0.2, 0.5))
+        # Scheduled ahead, so that the statistics and the meters start just before the
+        # first task comes due: a backlog is every task due at the same instant.
+        first_due = measure.db_now(dsn) + timedelta(seconds=3.0 + n / 15_000)
+        step = 1 / rate if mode == "steady" else 0.0
+        run_ats = [first_due + timedelta(seconds=i * step) for i in range(n)]
+        lo, hi, _ = measure.schedule_at(dsn, run_ats)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE pgsched.tasks_hot")
+        while (wait := (first_due - measure.db_now(dsn)).total_seconds()) > 0.2:
+            time.sleep(min(wait - 0.2, 0.5))
         reset_stats(dsn)
         if py_spy:
             spy = start_py_spy(workers.pids[0])
@@ -281,6 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=2, help="worker processes (2)")
     parser.add_argument("--worker-flags", default="", help="`pgsched worker` flags, one string")
     parser.add_argument("--py-spy", action="store_true", help="sample one worker with py-spy")
+    parser.add_argument(
+        "--fairness-off", action="store_true", help="NORMAL's claims in plain order (not fair)"
+    )
     parser.add_argument("--dsn", default=None, help="a server preloading pg_stat_statements")
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "profile.json")
     args = parser.parse_args(argv)
@@ -294,10 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         dsn = measure.pgsched_database(server, "bench")
     runs = []
     try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', %s)", (not args.fairness_off,))
         for mode in modes:
             n = args.tasks if mode == "backlog" else int(args.rate * args.duration)
             measure.step(f"profile: {mode}, {n:,} tasks")
             r = profile(dsn, mode, n, args.rate, args.processes, flags, args.py_spy)
+            r["fairness"] = not args.fairness_off
             report(r)
             runs.append(r)
     finally:
