@@ -1,4 +1,4 @@
--- 0022 — a completion statement that applied every report records no stale report.
+-- 0023 — a completion statement that applied every report records no stale report.
 --
 -- task_finish_many (as 0016 wrote it) ran, on every flush, an INSERT of a task_events row
 -- for each report that lost its lease: a join of the reports against pgsched.tasks, planned
