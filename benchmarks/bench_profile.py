@@ -195,8 +195,10 @@ def profile(
         step = 1 / rate if mode == "steady" else 0.0
         run_ats = [first_due + timedelta(seconds=i * step) for i in range(n)]
         lo, hi, _ = measure.schedule_at(dsn, run_ats)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("ANALYZE pgsched.tasks_hot")
+        progress = psycopg.connect(dsn, autocommit=True)
+        progress.execute("ANALYZE pgsched.tasks_hot")
+        # Counted from here: the events written before the first task came due (none).
+        drained = measure.Drained(progress, n)
         while (wait := (first_due - measure.db_now(dsn)).total_seconds()) > 0.2:
             time.sleep(min(wait - 0.2, 0.5))
         reset_stats(dsn)
@@ -204,8 +206,8 @@ def profile(
             spy = start_py_spy(workers.pids[0])
         meter = measure.CpuMeter(workers.pids, pm)
         meter.begin()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            done, _ = measure.wait_until(measure.Drained(conn, n), 600.0, workers, 60.0)
+        with progress:
+            done, _ = measure.wait_until(drained, 600.0, workers, 60.0)
         cpu = meter.end()
         if spy is not None:
             stop_py_spy(spy[0])
