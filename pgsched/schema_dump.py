@@ -10,8 +10,10 @@ same way and compares, so the two cannot drift.
 
 The dump is pg_dump's `--schema-only --schema=pgsched --no-owner`, normalized to be stable
 across runs and servers: pg_dump's version lines, session SETs and the per-run `\\restrict`
-key are dropped. Grants are kept: which role may call what is part of the schema (the roles
-themselves are cluster-wide and created by the tenancy migration).
+key are dropped, and so are task_events' dated partitions and its archive, whose bounds
+depend on the day the migration ran (`partitions_maintain` makes them; sql/0024). Grants
+are kept: which role may call what is part of the schema (the roles themselves are
+cluster-wide and created by the tenancy migration).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from psycopg.conninfo import make_conninfo
 
 REGENERATE = "python -m pgsched.schema_dump"
 HEADER = f"-- sql/schema.sql: generated; regenerate with `{REGENERATE}`; do not edit.\n"
+
+# task_events' partitions by date, and its archive (bounded by a date too).
+DATED_PARTITIONS = ("pgsched.task_events_p*", "pgsched.task_events_archive")
 
 _DROPPED_PREFIXES = (
     "\\restrict",
@@ -61,6 +66,7 @@ def dump_schema(dsn: str, bindir: Path) -> str:
             "--schema-only",
             "--schema=pgsched",
             "--no-owner",
+            *(f"--exclude-table={table}" for table in DATED_PARTITIONS),
             "-d",
             dsn,
         ],

@@ -9,7 +9,8 @@ interval. Each is idempotent: running it twice, or on two processes, is harmless
                     that have no live occurrence (new, re-enabled, crashed mid-advance)
     RescueSweep     every minute: due cold tasks whose promotion was missed, expired
                     leases, and a wake-up for lanes with due work nobody claimed
-    RetentionSweep  hourly: prune finished tasks and old events (default: keep 30 days)
+    RetentionSweep  hourly: prune finished tasks (default: keep 30 days), make task_events
+                    partitions ahead and drop expired ones (partitions_maintain)
 
 Leadership: the sweeper holds the leader lease (`pgsched.leadership`: a row, renewed every
 third of its length, its writes fenced by the lease's generation). A leader that stops
@@ -195,14 +196,21 @@ class RetentionSweep:
     interval: float = 3600.0
     keep: timedelta = timedelta(days=30)
     chunk: int = 10_000
+    # task_events partitions made ahead of the current period, and how long dropping an
+    # expired one may wait for its lock (the next sweep tries again).
+    partitions_ahead: int = 3
+    lock_wait: timedelta = timedelta(seconds=1)
     name: str = "retention"
 
     def __post_init__(self) -> None:
         check_sweep(self)
+        require_int("retention sweep partitions_ahead", self.partitions_ahead, 1)
+        require_seconds("retention sweep lock_wait", self.lock_wait.total_seconds())
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
-        # Counted by what was deleted: tasks, events, idempotency keys, recurring
-        # occurrences, ledger rows of completed keyed work (once-keys are never deleted).
+        # Counted by what was deleted: tasks, idempotency keys, recurring occurrences,
+        # ledger rows of completed keyed work (once-keys are never deleted). Events are not
+        # deleted: they go a whole partition at a time (partitions_maintain).
         totals: dict[str, int] = {}
         with conn.cursor(row_factory=dict_row) as cur:
             while True:
@@ -214,7 +222,48 @@ class RetentionSweep:
                 for name, count in row.items():
                     totals[name] = totals.get(name, 0) + int(count)
                 if max(int(c) for c in row.values()) < self.chunk:
-                    return totals
+                    break
+        totals.update(self.maintain_partitions(conn, now))
+        return totals
+
+    def maintain_partitions(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
+        """Make task_events partitions ahead and drop expired ones; counts only what
+        happened (partitions_created, partitions_dropped, events_archived, lock_timeouts)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                query("partitions_maintain"),
+                {
+                    "ahead": self.partitions_ahead,
+                    "keep": self.keep,
+                    "now": now,
+                    "lock_wait": self.lock_wait,
+                },
+            ).fetchall()
+        counts: dict[str, int] = {}
+        for row in rows:
+            action = row["action"]
+            if action == "created":
+                key = "partitions_created"
+            elif action == "dropped":
+                key = "partitions_dropped"
+            elif action == "archived":
+                counts["events_archived"] = int(row["event_rows"])
+                continue
+            else:  # not_created / not_dropped: the lock was not granted in time
+                key = "lock_timeouts"
+                log.warning(
+                    "retention: task_events partition %s %s: its lock was not granted"
+                    " within %.1fs; the next retention sweep tries again",
+                    row["partition_name"],
+                    action.replace("_", " "),
+                    self.lock_wait.total_seconds(),
+                    extra={
+                        "event": "partition_lock_timeout",
+                        "fields": {"partition": row["partition_name"]},
+                    },
+                )
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
 
 def default_sweeps() -> list[Sweep]:

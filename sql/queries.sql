@@ -269,13 +269,21 @@ FROM pgsched.task_wake_overdue(%(older_than)s, %(now)s);
 SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s, %(now)s) AS rescued;
 
 -- name: retention_prune
+-- Events are not deleted here (the function's `events` column is always 0): they go with
+-- their partition, below.
 SELECT
     tasks,
-    events,
     idempotency_keys,
     occurrences,
     ledger
 FROM pgsched.retention_prune(%(keep)s, %(max_rows)s, %(now)s);
+
+-- name: partitions_maintain
+SELECT
+    partition_name,
+    action,
+    event_rows
+FROM pgsched.partitions_maintain(%(ahead)s, %(keep)s, %(now)s, %(lock_wait)s);
 
 -- name: database_now
 -- The database's clock: every due, misfire and lease decision is judged by it, never by
@@ -656,7 +664,8 @@ FROM pg_catalog.pg_roles AS r
 WHERE r.rolname = current_user;
 
 -- name: doctor_hot_tables
--- The tables every claim and outcome rewrites: their autovacuum settings and dead tuples.
+-- The tables every claim and outcome rewrites: their autovacuum settings and dead tuples
+-- (of task_events, the partition of the current period: the parent holds no rows).
 SELECT
     c.relname::text AS relname,
     coalesce(array_to_string(c.reloptions, ','), '') AS reloptions,
@@ -667,8 +676,26 @@ SELECT
 FROM pg_catalog.pg_class AS c
 INNER JOIN pg_catalog.pg_namespace AS n ON c.relnamespace = n.oid
 LEFT JOIN pg_catalog.pg_stat_all_tables AS st ON c.oid = st.relid
-WHERE n.nspname = 'pgsched' AND c.relname IN ('tasks_hot', 'task_events')
+WHERE
+    n.nspname = 'pgsched'
+    AND (
+        c.relname = 'tasks_hot'
+        OR c.relname = (
+            SELECT p.partition_name FROM pgsched.event_partitions() AS p
+            WHERE
+                NOT p.is_default AND now() < p.upper_bound
+                AND (p.lower_bound IS NULL OR p.lower_bound <= now())
+        )
+    )
 ORDER BY c.relname;
+
+-- name: doctor_event_partitions
+SELECT
+    period,
+    current_covered,
+    periods_ahead,
+    default_rows
+FROM pgsched.event_partitions_status();
 
 -- name: doctor_xmin_holders
 -- Sessions whose transaction id or snapshot keeps vacuum from removing dead rows, oldest

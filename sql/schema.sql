@@ -516,6 +516,67 @@ END;
 $$;
 
 --
+-- Name: event_partitions(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.event_partitions() RETURNS TABLE(partition_name text, lower_bound timestamp with time zone, upper_bound timestamp with time zone, is_default boolean, approx_rows bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO, YMD'
+    AS $_$
+    SELECT c.relname::text,
+           CASE WHEN b.m[1] <> 'MINVALUE' THEN btrim(b.m[1], '''')::timestamptz END,
+           CASE WHEN b.m[2] <> 'MAXVALUE' THEN btrim(b.m[2], '''')::timestamptz END,
+           b.m IS NULL,
+           CASE WHEN b.m IS NULL
+                THEN (SELECT count(*) FROM (SELECT 1 FROM pgsched.task_events_default LIMIT 100000) AS d)
+                ELSE greatest(c.reltuples, 0)::bigint END
+      FROM pg_catalog.pg_inherits AS i
+      JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+     CROSS JOIN LATERAL (
+        SELECT regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+                            '^FOR VALUES FROM \((.+)\) TO \((.+)\)$') AS m
+     ) AS b
+     WHERE i.inhparent = 'pgsched.task_events'::regclass
+     ORDER BY b.m IS NULL, 2 NULLS FIRST
+$_$;
+
+--
+-- Name: event_partitions_status(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(period interval, current_covered boolean, periods_ahead integer, default_rows bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH s AS (
+        SELECT st.event_partition_period AS period, coalesce(as_of, now()) AS t
+          FROM pgsched.settings AS st
+    )
+    SELECT s.period,
+           EXISTS (SELECT 1 FROM pgsched.event_partitions() AS p
+                    WHERE NOT p.is_default AND s.t < p.upper_bound
+                      AND (p.lower_bound IS NULL OR p.lower_bound <= s.t)),
+           (SELECT count(*)::integer FROM pgsched.event_partitions() AS p
+             WHERE p.lower_bound >= pgsched.event_period_start(s.t, s.period) + s.period),
+           (SELECT p.approx_rows FROM pgsched.event_partitions() AS p WHERE p.is_default)
+      FROM s
+$$;
+
+--
+-- Name: event_period_start(timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.event_period_start(t timestamp with time zone, period interval) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN period = INTERVAL '7 days' THEN date_trunc('week', t, 'UTC')
+                ELSE to_timestamp(floor(extract(EPOCH FROM t) / extract(EPOCH FROM period))
+                                  * extract(EPOCH FROM period)) END
+$$;
+
+--
 -- Name: hot_tier_due_by_ids(bigint[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -921,6 +982,137 @@ CREATE FUNCTION pgsched.occurrence_is_live(task_id bigint) RETURNS boolean
 $$;
 
 --
+-- Name: partitions_maintain(integer, interval, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.partitions_maintain(ahead integer DEFAULT 3, keep interval DEFAULT '30 days'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, lock_wait interval DEFAULT '00:00:01'::interval) RETURNS TABLE(partition_name text, action text, event_rows bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    period interval;
+    cutoff timestamptz;
+    horizon timestamptz;
+    top timestamptz;
+    lo timestamptz;
+    hi timestamptz;
+    part text;
+    expired text[];
+    new_upper timestamptz;
+    n bigint;
+    saved_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+    IF ahead IS NULL OR ahead < 1 OR ahead > 366 THEN
+        RAISE EXCEPTION 'pgsched: partitions_maintain: ahead must be between 1 and 366 periods, not %', ahead
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF keep IS NULL OR keep <= INTERVAL '0' THEN
+        RAISE EXCEPTION 'pgsched: partitions_maintain: keep must be above 0, not %', keep
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF lock_wait IS NULL OR lock_wait <= INTERVAL '0' OR lock_wait > INTERVAL '1 minute' THEN
+        RAISE EXCEPTION 'pgsched: partitions_maintain: lock_wait must be above 0 and at most 1 minute, not %', lock_wait
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One maintainer at a time (the sweeper, or someone calling this by hand).
+    PERFORM pg_advisory_xact_lock(hashtext('pgsched.partitions_maintain'));
+    SELECT s.event_partition_period INTO period FROM pgsched.settings AS s;
+    cutoff := t - keep;
+    horizon := pgsched.event_period_start(t, period) + (ahead + 1) * period;
+    PERFORM set_config('lock_timeout', (extract(EPOCH FROM lock_wait) * 1000)::bigint::text, TRUE);
+
+    -- Ahead: partitions continue from the newest one, so they never leave a gap; a changed
+    -- period takes effect at the next period boundary.
+    SELECT max(p.upper_bound) INTO top FROM pgsched.event_partitions() AS p WHERE NOT p.is_default;
+    -- None at all (dropped by hand): start again from the current period.
+    top := coalesce(top, pgsched.event_period_start(t, period));
+    WHILE top < horizon LOOP
+        lo := top;
+        hi := pgsched.event_period_start(lo, period) + period;
+        part := 'task_events_p' || to_char(lo, 'YYYYMMDD')
+                || CASE WHEN lo <> date_trunc('day', lo) THEN to_char(lo, '_HH24MISS') ELSE '' END;
+        BEGIN
+            -- Made apart and attached: attaching needs no ACCESS EXCLUSIVE lock on
+            -- task_events, only on the default partition, whose rows of this period move in.
+            EXECUTE format('CREATE TABLE pgsched.%I (LIKE pgsched.task_events)', part);
+            EXECUTE format(
+                'ALTER TABLE pgsched.%I ADD CONSTRAINT %I CHECK (occurred_at >= %L AND occurred_at < %L)',
+                part, part || '_range', lo, hi);
+            EXECUTE format(
+                'WITH moved AS (DELETE FROM pgsched.task_events_default AS d'
+                ' WHERE d.occurred_at >= %L AND d.occurred_at < %L RETURNING d.*)'
+                ' INSERT INTO pgsched.%I SELECT * FROM moved', lo, hi, part);
+            GET DIAGNOSTICS n = ROW_COUNT;
+            EXECUTE format(
+                'ALTER TABLE pgsched.task_events ATTACH PARTITION pgsched.%I FOR VALUES FROM (%L) TO (%L)',
+                part, lo, hi);
+            -- The bound says it now; a CHECK would only cost every insert.
+            EXECUTE format('ALTER TABLE pgsched.%I DROP CONSTRAINT %I', part, part || '_range');
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN QUERY SELECT part, 'not_created'::text, NULL::bigint;
+            EXIT;
+        END;
+        RETURN QUERY SELECT part, 'created'::text, n;
+        top := hi;
+    END LOOP;
+
+    -- Expired: periods wholly older than the cutoff. Their kept events (live and DEAD
+    -- tasks'), and the archive's still kept, go into a new archive first; only then is the
+    -- lock taken, for catalog changes alone.
+    SELECT array_agg(p.partition_name ORDER BY p.lower_bound), max(p.upper_bound)
+      INTO expired, new_upper
+      FROM pgsched.event_partitions() AS p
+     WHERE p.lower_bound IS NOT NULL AND p.upper_bound <= cutoff;
+    IF expired IS NOT NULL THEN
+        BEGIN
+            CREATE TABLE pgsched.task_events_archive_next (LIKE pgsched.task_events);
+            EXECUTE format(
+                'ALTER TABLE pgsched.task_events_archive_next'
+                ' ADD CONSTRAINT task_events_archive_range CHECK (occurred_at < %L)', new_upper);
+            INSERT INTO pgsched.task_events_archive_next
+            SELECT e.* FROM pgsched.task_events AS e
+             WHERE e.occurred_at < new_upper
+               AND EXISTS (SELECT 1 FROM pgsched.tasks AS tk
+                            WHERE tk.id = e.task_id
+                              AND tk.status IN ('PENDING', 'QUEUED', 'PROCESSING', 'FAILED'));
+            GET DIAGNOSTICS n = ROW_COUNT;
+            ALTER TABLE pgsched.task_events_archive_next
+            ADD CONSTRAINT task_events_archive_next_pkey PRIMARY KEY (id, occurred_at);
+            CREATE INDEX task_events_archive_next_task_idx
+            ON pgsched.task_events_archive_next (task_id, id);
+            CREATE INDEX task_events_archive_next_tenant_time_idx
+            ON pgsched.task_events_archive_next (tenant_id, occurred_at);
+
+            LOCK TABLE pgsched.task_events IN ACCESS EXCLUSIVE MODE;
+            DROP TABLE IF EXISTS pgsched.task_events_archive;
+            FOREACH part IN ARRAY expired LOOP
+                EXECUTE format('DROP TABLE pgsched.%I', part);
+            END LOOP;
+            ALTER TABLE pgsched.task_events_archive_next RENAME TO task_events_archive;
+            ALTER TABLE pgsched.task_events_archive
+            RENAME CONSTRAINT task_events_archive_next_pkey TO task_events_archive_pkey;
+            ALTER INDEX pgsched.task_events_archive_next_task_idx RENAME TO task_events_archive_task_idx;
+            ALTER INDEX pgsched.task_events_archive_next_tenant_time_idx
+            RENAME TO task_events_archive_tenant_time_idx;
+            EXECUTE format(
+                'ALTER TABLE pgsched.task_events ATTACH PARTITION pgsched.task_events_archive'
+                ' FOR VALUES FROM (MINVALUE) TO (%L)', new_upper);
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN QUERY SELECT x, 'not_dropped'::text, NULL::bigint FROM unnest(expired) AS x;
+            expired := NULL;
+        END;
+        IF expired IS NOT NULL THEN
+            RETURN QUERY SELECT x, 'dropped'::text, NULL::bigint FROM unnest(expired) AS x;
+            RETURN QUERY SELECT 'task_events_archive'::text, 'archived'::text, n;
+        END IF;
+    END IF;
+    PERFORM set_config('lock_timeout', saved_lock_timeout, TRUE);
+END;
+$$;
+
+--
 -- Name: producer_tenant_problem(text[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -961,7 +1153,6 @@ CREATE FUNCTION pgsched.retention_prune(keep interval DEFAULT '30 days'::interva
 DECLARE
     cutoff timestamptz := coalesce(as_of, now()) - keep;
     n_tasks bigint;
-    n_events bigint;
     n_keys bigint;
     n_occurrences bigint;
     n_ledger bigint;
@@ -974,16 +1165,6 @@ BEGIN
     DELETE FROM pgsched.tasks AS tk USING old
      WHERE tk.id = old.id AND tk.status = old.status;
     GET DIAGNOSTICS n_tasks = ROW_COUNT;
-
-    -- Only the events of tasks that are gone: a kept task (DEAD, live) keeps its history.
-    WITH old AS (
-        SELECT e.id FROM pgsched.task_events AS e
-         WHERE e.occurred_at < cutoff
-           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = e.task_id)
-         LIMIT max_rows
-    )
-    DELETE FROM pgsched.task_events AS e USING old WHERE e.id = old.id;
-    GET DIAGNOSTICS n_events = ROW_COUNT;
 
     WITH old AS (
         SELECT k.tenant_id, k.idempotency_key FROM pgsched.idempotency_keys AS k
@@ -1018,7 +1199,7 @@ BEGIN
        AND w.idempotency_key = old.idempotency_key;
     GET DIAGNOSTICS n_ledger = ROW_COUNT;
 
-    RETURN QUERY SELECT n_tasks, n_events, n_keys, n_occurrences, n_ledger;
+    RETURN QUERY SELECT n_tasks, 0::bigint, n_keys, n_occurrences, n_ledger;
 END;
 $$;
 
@@ -3099,7 +3280,8 @@ CREATE TABLE pgsched.task_events (
     attempt bigint NOT NULL,
     worker text,
     detail text
-);
+)
+PARTITION BY RANGE (occurred_at);
 
 --
 -- Name: task_runs; Type: VIEW; Schema: pgsched; Owner: -
@@ -3220,6 +3402,8 @@ CREATE TABLE pgsched.settings (
     hot_window interval DEFAULT '24:00:00'::interval NOT NULL,
     max_payload_bytes bigint DEFAULT 1048576 NOT NULL,
     fairness_off_lanes pgsched.task_lane[] DEFAULT '{}'::pgsched.task_lane[] NOT NULL,
+    event_partition_period interval DEFAULT '1 day'::interval NOT NULL,
+    CONSTRAINT settings_event_partition_period_known CHECK (((event_partition_period = '7 days'::interval) OR (((event_partition_period >= '00:01:00'::interval) AND (event_partition_period <= '1 day'::interval)) AND (mod((86400)::numeric, EXTRACT(epoch FROM event_partition_period)) = (0)::numeric)))),
     CONSTRAINT settings_payload_cap_positive CHECK ((max_payload_bytes > 0)),
     CONSTRAINT settings_singleton_check CHECK (singleton),
     CONSTRAINT settings_windows_ordered CHECK (((immediate_window >= '00:00:00'::interval) AND (immediate_window <= hot_window)))
@@ -3243,13 +3427,35 @@ CREATE TABLE pgsched.sweep_leader (
 -- Name: task_events_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
 --
 
-ALTER TABLE pgsched.task_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME pgsched.task_events_id_seq
+CREATE SEQUENCE pgsched.task_events_id_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
     NO MAXVALUE
-    CACHE 1
+    CACHE 1;
+
+--
+-- Name: task_events_id_seq; Type: SEQUENCE OWNED BY; Schema: pgsched; Owner: -
+--
+
+ALTER SEQUENCE pgsched.task_events_id_seq OWNED BY pgsched.task_events.id;
+
+--
+-- Name: task_events_default; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.task_events_default (
+    id bigint DEFAULT nextval('pgsched.task_events_id_seq'::regclass) NOT NULL,
+    task_id bigint NOT NULL,
+    tenant_id text NOT NULL,
+    task_type text NOT NULL,
+    from_status pgsched.task_status NOT NULL,
+    to_status pgsched.task_status NOT NULL,
+    occurred_at timestamp with time zone NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    attempt bigint NOT NULL,
+    worker text,
+    detail text
 );
 
 --
@@ -3445,6 +3651,12 @@ CREATE TABLE pgsched.tenants (
 );
 
 --
+-- Name: task_events_default; Type: TABLE ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.task_events ATTACH PARTITION pgsched.task_events_default DEFAULT;
+
+--
 -- Name: tasks_cold; Type: TABLE ATTACH; Schema: pgsched; Owner: -
 --
 
@@ -3461,6 +3673,12 @@ ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_done FOR VALUES IN
 --
 
 ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_hot FOR VALUES IN ('QUEUED', 'PROCESSING');
+
+--
+-- Name: task_events id; Type: DEFAULT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.task_events ALTER COLUMN id SET DEFAULT nextval('pgsched.task_events_id_seq'::regclass);
 
 --
 -- Name: completed_work completed_work_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -3537,7 +3755,14 @@ ALTER TABLE ONLY pgsched.sweep_leader
 --
 
 ALTER TABLE ONLY pgsched.task_events
-    ADD CONSTRAINT task_events_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT task_events_pkey PRIMARY KEY (id, occurred_at);
+
+--
+-- Name: task_events_default task_events_default_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.task_events_default
+    ADD CONSTRAINT task_events_default_pkey PRIMARY KEY (id, occurred_at);
 
 --
 -- Name: task_limits task_limits_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -3597,19 +3822,25 @@ CREATE INDEX schedules_enabled_idx ON pgsched.schedules USING btree (id) WHERE e
 -- Name: task_events_task_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX task_events_task_idx ON pgsched.task_events USING btree (task_id, id);
+CREATE INDEX task_events_task_idx ON ONLY pgsched.task_events USING btree (task_id, id);
+
+--
+-- Name: task_events_default_task_id_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX task_events_default_task_id_id_idx ON pgsched.task_events_default USING btree (task_id, id);
 
 --
 -- Name: task_events_tenant_time_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX task_events_tenant_time_idx ON pgsched.task_events USING btree (tenant_id, occurred_at);
+CREATE INDEX task_events_tenant_time_idx ON ONLY pgsched.task_events USING btree (tenant_id, occurred_at);
 
 --
--- Name: task_events_time_brin; Type: INDEX; Schema: pgsched; Owner: -
+-- Name: task_events_default_tenant_id_occurred_at_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX task_events_time_brin ON pgsched.task_events USING brin (occurred_at);
+CREATE INDEX task_events_default_tenant_id_occurred_at_idx ON pgsched.task_events_default USING btree (tenant_id, occurred_at);
 
 --
 -- Name: tasks_cold_due_idx; Type: INDEX; Schema: pgsched; Owner: -
@@ -3712,6 +3943,24 @@ CREATE INDEX tasks_hot_tenant_idx ON pgsched.tasks_hot USING btree (lane, tenant
 --
 
 CREATE INDEX tenants_product_active_idx ON pgsched.tenants USING btree (product) WHERE active;
+
+--
+-- Name: task_events_default_pkey; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.task_events_pkey ATTACH PARTITION pgsched.task_events_default_pkey;
+
+--
+-- Name: task_events_default_task_id_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.task_events_task_idx ATTACH PARTITION pgsched.task_events_default_task_id_id_idx;
+
+--
+-- Name: task_events_default_tenant_id_occurred_at_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.task_events_tenant_time_idx ATTACH PARTITION pgsched.task_events_default_tenant_id_occurred_at_idx;
 
 --
 -- Name: tasks_cold_parent_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
@@ -3850,6 +4099,24 @@ REVOKE ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_ta
 GRANT ALL ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) TO pgsched_admin;
 
 --
+-- Name: FUNCTION event_partitions(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.event_partitions() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.event_partitions() TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.event_partitions() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.event_partitions() TO pgsched_admin;
+
+--
+-- Name: FUNCTION event_partitions_status(as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) TO pgsched_admin;
+
+--
 -- Name: FUNCTION hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -3974,6 +4241,14 @@ GRANT ALL ON FUNCTION pgsched.login_acts_for_all_tenants() TO pgsched_admin;
 REVOKE ALL ON FUNCTION pgsched.occurrence_is_live(task_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.occurrence_is_live(task_id bigint) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.occurrence_is_live(task_id bigint) TO pgsched_admin;
+
+--
+-- Name: FUNCTION partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) TO pgsched_admin;
 
 --
 -- Name: FUNCTION producer_tenant_problem(tenant_ids text[]); Type: ACL; Schema: pgsched; Owner: -

@@ -85,6 +85,7 @@ def test_a_healthy_database_passes_every_check(admin_env: dict[str, str], leader
         "sweeper": "pass",
         "autovacuum": "pass",
         "dead tuples": "pass",
+        "partitions": "pass",
         "xmin": "pass",
         "leases": "pass",
         "clock": "pass",
@@ -101,7 +102,7 @@ def test_a_healthy_database_passes_every_check(admin_env: dict[str, str], leader
         timeout=120,
     )
     assert table.returncode == 0
-    assert [line.split()[0] for line in table.stdout.splitlines()] == ["PASS"] * 9
+    assert [line.split()[0] for line in table.stdout.splitlines()] == ["PASS"] * 10
 
 
 def test_a_superuser_login_is_a_warning_not_a_failure(db_env: dict[str, str], leader: Any):

@@ -10,6 +10,11 @@ The checks, and where each line is drawn:
   sweeper       a sweeper holds the leader lease (warn: none; fail: none and cold work overdue)
   autovacuum    on for the hot partition and the event table (fail when off)
   dead tuples   dead rows of those tables under 20 % of live ones (warn above, from 1,000)
+  partitions    task_events has a partition for the current period (fail otherwise: every
+                event lands in the default partition) and for 2 or more periods ahead, and
+                its default partition is empty (warn otherwise: the retention sweep makes
+                them; a row in the default partition is moved, under a lock, when its
+                period's partition is made)
   xmin          no transaction open longer than --max-xact-age (fail: it keeps vacuum from
                 removing the rows every claim rewrites)
   leases        no PROCESSING task whose lease expired (warn; fail when no sweeper leads,
@@ -23,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -39,6 +44,7 @@ from pgsched.sql_files import migrations
 
 DEAD_SHARE = 0.2
 DEAD_FLOOR = 1000
+MIN_PERIODS_AHEAD = 2
 MARKS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 
 
@@ -67,7 +73,7 @@ class Check:
 @json_output("checks and verdict")
 @click.pass_obj
 def doctor(state: CliState, max_xact_age: float, max_skew: float, as_json: bool) -> None:
-    """Check the database, roles, schema, sweeper, vacuum, leases and clocks; exit 1 on fail."""
+    """Check database, roles, schema, sweeper, vacuum, partitions, leases, clocks; 1 on fail."""
     checks = run_checks(state.database(), max_xact_age, max_skew)
     failed = any(c.result == "fail" for c in checks)
     if as_json:
@@ -105,6 +111,7 @@ def run_checks(dsn: str, max_xact_age: float, max_skew: float) -> list[Check]:
         findings = read_findings(conn)
         checks.append(_sweeper(findings.leader, findings.overdue_pending))
         checks.extend(_vacuum(conn))
+        checks.append(_guarded("partitions", lambda: _partitions(conn)))
         checks.append(_guarded("xmin", lambda: _xmin(conn, max_xact_age)))
         checks.append(_leases(findings.lease_expired, findings.leader is not None))
         checks.append(_clock(conn, max_skew))
@@ -211,6 +218,40 @@ def _vacuum(conn: psycopg.Connection[Any]) -> list[Check]:
             "dead tuples", "pass", ", ".join(f"{t['relname']} {t['dead']} dead" for t in tables)
         )
     return [vacuum, dead]
+
+
+def period_name(period: timedelta) -> str:
+    """A partition period as a sentence names it: week, day, hour, or its length."""
+    names = {timedelta(days=7): "week", timedelta(days=1): "day", timedelta(hours=1): "hour"}
+    return names.get(period, f"{period.total_seconds():g}-second period")
+
+
+def _partitions(conn: psycopg.Connection[Any]) -> Check:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("doctor_event_partitions")).fetchone()
+    assert row is not None
+    period = period_name(row["period"])
+    ahead, default_rows = row["periods_ahead"], row["default_rows"]
+    if not row["current_covered"]:
+        return Check(
+            "partitions",
+            "fail",
+            f"task_events has no partition for the current {period}: every event lands in"
+            " the default partition; is the sweeper's retention sweep running?",
+        )
+    problems = []
+    if ahead < MIN_PERIODS_AHEAD:
+        problems.append(
+            f"only {ahead} {period}(s) ahead have a partition (the retention sweep makes them)"
+        )
+    if default_rows:
+        problems.append(
+            f"the default partition holds {default_rows} event(s): they move, under a lock,"
+            " when their period's partition is made"
+        )
+    if problems:
+        return Check("partitions", "warn", "; ".join(problems))
+    return Check("partitions", "pass", f"{ahead} {period}(s) ahead, default partition empty")
 
 
 def _xmin(conn: psycopg.Connection[Any], max_age: float) -> Check:
