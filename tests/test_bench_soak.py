@@ -53,8 +53,8 @@ def test_a_short_soak_writes_its_table_json_and_plot(tmp_path: Path, db_dsn: str
     samples = document["samples"]
     assert len(samples) >= 5  # 21 s sampled every 2 s
     assert [s["t_min"] for s in samples] == sorted(s["t_min"] for s in samples)
-    for name, _, _ in SERIES:
-        assert all(name in s for s in samples), name
+    for series in SERIES:
+        assert all(series.name in s for s in samples), series.name
     for name in ("hot_mib", "done_mib", "events_mib", "db_mib", "pg_wal_mib"):
         assert all(s[name] > 0 for s in samples), name
     assert all(s["events_partitions"] >= 1 for s in samples)
@@ -64,7 +64,7 @@ def test_a_short_soak_writes_its_table_json_and_plot(tmp_path: Path, db_dsn: str
     # The sweeper really pruned: finished tasks and their events were deleted.
     assert document["sweeps"]["retention"]["runs"] >= 1
     assert document["sweeps"]["retention"]["counted"]["tasks"] > 0
-    assert set(document["flatness"]) == {name for name, _, _ in SERIES}
+    assert set(document["flatness"]) == {series.name for series in SERIES}
     assert document["exit_codes"] == [0, 0]
 
     header = next(line for line in done.stdout.splitlines() if line.lstrip().startswith("min "))
