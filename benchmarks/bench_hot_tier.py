@@ -300,7 +300,7 @@ def lateness(
     ).start()
     pm = measure.postmaster_pid(dsn)
     try:
-        workers.wait_listening(dsn)
+        workers.wait_listening(dsn, timeout=180.0)
         lead = 3.0 + n / 15_000
         first_due = measure.db_now(dsn) + timedelta(seconds=lead)
         run_ats = [first_due + timedelta(seconds=i / rate) for i in range(n)]
@@ -495,16 +495,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     results: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
+    server: dict[str, Any] = {}
 
     def both_modes(route: Route, label: str, run: Any) -> None:
         pair = {}
         for mode in MODES:
             measure.step(f"{label}, {route.name}, {mode}")
+            if route.bouncer is not None:
+                # A fresh pooler for every case: none inherits another's server connections
+                # (each case ends by terminating its sessions on the server).
+                route.bouncer.kill()
+                route.bouncer.start()
             outcome = run(mode)
             measure.note(headline(outcome))
             results.append(outcome)
             pair[mode] = outcome
         comparisons.append({"case": label, "route": route.name, **compared(outcome["case"], pair)})
+        save()
+
+    def save(memory: list[dict[str, Any]] | None = None) -> None:
+        """After every case: a run cut short keeps what it measured."""
+        measure.write_json(
+            args.out,
+            {
+                "benchmark": "hot_tier",
+                "command": " ".join(
+                    ["python -m benchmarks.bench_hot_tier", *(argv or sys.argv[1:])]
+                ),
+                "machine": measure.machine_info(),
+                "postgres": server,
+                "results": results,
+                "comparisons": comparisons,
+                "redis_memory": memory,
+                "complete": memory is not None,
+            },
+        )
 
     def run_route(route: Route, redis: RedisServer) -> None:
         for processes in args.processes:
@@ -538,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         RedisServer() as redis,
         routes(dsn, args.routes) as found,
     ):
-        server = measure.server_settings(dsn)
+        server.update(measure.server_settings(dsn))
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', false)")
         measure.step(f"{server['version']}; redis-server on port {redis.port}")
@@ -551,18 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     measure.step("redis / postgres")
     for c in comparisons:
         measure.note(", ".join(f"{k} {v}" for k, v in c.items()))
-    measure.write_json(
-        args.out,
-        {
-            "benchmark": "hot_tier",
-            "command": " ".join(["python -m benchmarks.bench_hot_tier", *(argv or sys.argv[1:])]),
-            "machine": measure.machine_info(),
-            "postgres": server,
-            "results": results,
-            "comparisons": comparisons,
-            "redis_memory": memory,
-        },
-    )
+    save(memory)
     drains_ok = all(r["events_ok"] for r in results if r["case"] in ("drain", "xmin"))
     late_ok = all(r["all_completed"] for r in results if r["case"] == "lateness")
     return 0 if drains_ok and late_ok else 1
