@@ -22,6 +22,12 @@ tier's and `task_events`' sizes (summed over their partitions, and `task_events`
 partition count); the idempotency keys; the database's size; WAL written and `pg_wal`'s
 size; what the retention sweeps deleted (from the sweeper's log); the load average.
 
+After the run, with every process stopped, the retention sweep runs once more with its
+clock moved two `task_events` partition periods plus the retention ahead, as the sweeper
+would run two days later: what it deletes and drops, its time, its WAL,
+the sizes before and after (events are dropped a period at a time, so within a run shorter
+than the period they only grow).
+
 Flat is the goal: after a warm-up (the retention period plus one retention interval, while
 the done tier fills to its retained size) the mean of each series' last third is compared
 with its first third; a change beyond `--tolerance` is named. Prints a table, writes JSON
@@ -576,6 +582,57 @@ def create_schedules(dsn: str, n: int, run: str) -> None:
             )
 
 
+# The partition period in force (task_events by time, migration 0024), or a day where the
+# schema has none: to_jsonb of the row reads a column that may not exist without failing.
+PERIOD_SQL = (
+    "SELECT coalesce((SELECT to_jsonb(s) ->> 'event_partition_period'"
+    " FROM pgsched.settings AS s), '1 day')::interval"
+)
+
+
+def end_of_period(dsn: str, keep: timedelta) -> dict[str, Any]:
+    """After the run, with every process stopped: the retention sweep once more, with its
+    clock moved past the end of the next event partition period plus the retention (as the
+    sweeper would run it two days later): what it deletes and drops, how long it takes, the
+    WAL it writes and the sizes before and after."""
+    from pgsched.sweeps import RetentionSweep
+
+    def sizes(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        z = conn.cursor(row_factory=dict_row).execute(SIZES_SQL).fetchone()
+        assert z is not None
+        return {
+            "done_mib": mib(z["done_bytes"]),
+            "events_mib": mib(z["events_bytes"]),
+            "events_partitions": int(z["events_partitions"]),
+            "db_mib": mib(z["db_bytes"]),
+            "lsn": z["lsn"],
+        }
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        period = measure.one(conn, PERIOD_SQL)
+        before = sizes(conn)
+        # Two periods: on a database migrated today the current period's events are in the
+        # archive partition, which is rebuilt (kept events only) when the next one expires.
+        now = measure.one(conn, "SELECT clock_timestamp()")
+        as_of = now + 2 * period + keep + timedelta(minutes=1)
+        started = time.perf_counter()
+        counts = RetentionSweep(keep=keep).run_once(conn, as_of)
+        seconds = time.perf_counter() - started
+        after = sizes(conn)
+        wal = measure.one(
+            conn, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (after["lsn"], before["lsn"])
+        )
+    return {
+        "period": str(period),
+        "as_of": as_of.isoformat(),
+        "seconds": round(seconds, 3),
+        "wal_mib": mib(wal),
+        "counts": counts,
+        "before": {k: v for k, v in before.items() if k != "lsn"},
+        "after": {k: v for k, v in after.items() if k != "lsn"},
+    }
+
+
 def soak(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     run = f"soak{int(time.time())}"
     create_schedules(dsn, args.schedules, run)
@@ -624,6 +681,8 @@ def soak(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             shutil.copy(log, args.logs / log.name)
     workers.cleanup()
     sweepers.cleanup()
+    measure.step("the retention sweep as of two event partition periods later")
+    next_period = end_of_period(dsn, timedelta(minutes=args.retention_minutes))
     warmup = (args.retention_minutes * 60 + args.retention_interval) / 60
     flat = flatness(sampler.samples, warmup, args.tolerance)
     return {
@@ -655,6 +714,7 @@ def soak(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "exit_codes": codes,
         "warnings": warnings,
         "flatness": flat,
+        "end_of_period": next_period,
         "samples": sampler.samples,
     }
 
@@ -710,6 +770,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {name}: {sweep['runs']}, {secs['p50']} / {secs['max']} s, {sweep['counted']}")
     for line in flatness_lines(document["flatness"]):
         print(line)
+    e = document["end_of_period"]
+    print(
+        f"retention as of two periods ({e['period']}) + retention later: {e['seconds']} s,"
+        f" {e['wal_mib']} MiB WAL, {e['counts']}; task_events {e['before']['events_mib']} ->"
+        f" {e['after']['events_mib']} MiB ({e['before']['events_partitions']} ->"
+        f" {e['after']['events_partitions']} partitions), done tier {e['before']['done_mib']} ->"
+        f" {e['after']['done_mib']} MiB, database {e['before']['db_mib']} ->"
+        f" {e['after']['db_mib']} MiB"
+    )
     document["plot"] = str(args.plot) if plot(document, args.plot) else None
     measure.write_json(args.out, document)
     return 0
