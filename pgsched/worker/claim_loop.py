@@ -190,7 +190,11 @@ class LaneLoop:
         if timeout <= 0:
             return
         try:
-            await asyncio.wait_for(self.wakeup.wait(), timeout)
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that lands as
+            # the wait completes (a wake-up arriving with a shutdown's cancel), and this loop
+            # would claim on while the shutdown waits for it to end.
+            async with asyncio.timeout(timeout):
+                await self.wakeup.wait()
         except TimeoutError:
             return
         self.notified += 1

@@ -43,8 +43,11 @@ class LedgerWriter:
             while True:
                 await self._arrived.wait()
                 if not self._full.is_set():
+                    # Not asyncio.wait_for, which on Python 3.11 can swallow the shutdown's
+                    # cancel (see LaneLoop._sleep_until_work).
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._full.wait(), self._window)
+                        async with asyncio.timeout(self._window):
+                            await self._full.wait()
                 batch = self._pending[: self._batch_size]
                 del self._pending[: self._batch_size]
                 if len(self._pending) < self._batch_size:

@@ -127,8 +127,11 @@ class OutcomeBuffer:
         while True:
             await self._arrived.wait()
             if not self._full.is_set():
+                # Not asyncio.wait_for, which on Python 3.11 can swallow the shutdown's
+                # cancel (see LaneLoop._sleep_until_work).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._full.wait(), self._flush_interval)
+                    async with asyncio.timeout(self._flush_interval):
+                        await self._full.wait()
             await self.flush()
 
     async def flush(self) -> None:

@@ -1,0 +1,145 @@
+"""Shutdown cancels the worker's loops (the lane claim loops, then the outcome buffer and the
+ledger writer) and waits for them to end. A cancel that lands just as the event a loop
+waits on is set (a wake-up, a full batch) must still end the loop: asyncio.wait_for on
+Python 3.11 returns the wait's result instead and swallows the cancel, and the loop runs
+on while the shutdown waits for it for good (the worker hung after "signal received",
+never releasing its running tasks nor exiting).
+
+Each test parks a loop on its event, then sets the event and cancels the loop in the same
+step of the event loop: the race, made certain."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from pgsched.handlers import TaskRow
+from pgsched.lanes import Lane
+from pgsched.queries import query
+from pgsched.worker.claim_loop import LaneLoop
+from pgsched.worker.claims import claim_many
+from pgsched.worker.config import LaneSettings
+from pgsched.worker.ledger import LedgerWriter
+from pgsched.worker.outcomes import Outcome, OutcomeBuffer
+
+# Generous: a loop that heeds its cancel ends within a step or two of the event loop.
+ENDS_WITHIN = 10.0
+
+
+@asynccontextmanager
+async def opened_pool(dsn: str) -> AsyncIterator[AsyncConnectionPool]:
+    pool = AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+    await pool.open(wait=True)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def parked_on(event: asyncio.Event) -> None:
+    """Return once something waits on `event` (the loop under test is parked there)."""
+    for _ in range(3000):
+        if event._waiters:  # asyncio.Event keeps its waiters' futures here
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the loop never came to wait on its event")
+
+
+async def ends_cancelled(loop_task: asyncio.Task[None]) -> bool:
+    done, _ = await asyncio.wait({loop_task}, timeout=ENDS_WITHIN)
+    if not done:
+        loop_task.cancel()  # the test failed: do not leave the loop running
+        await asyncio.wait({loop_task}, timeout=ENDS_WITHIN)
+        return False
+    return loop_task.cancelled()
+
+
+def test_a_lane_loop_cancelled_as_a_wake_up_arrives_stops(db_dsn: str) -> None:
+    async def scenario() -> bool:
+        async with opened_pool(db_dsn) as pool:
+
+            async def claim(lane: Lane, n: int) -> list[TaskRow]:
+                async with pool.connection() as conn:
+                    tasks, _ = await claim_many(
+                        conn, lane.value, n, "w-stop", timedelta(seconds=30)
+                    )
+                return tasks
+
+            async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
+                async with pool.connection() as conn:
+                    cur = await conn.execute(query("lane_next_due"), {"lane": lane.value})
+                    row = await cur.fetchone()
+                assert row is not None
+                return row[0], row[1]
+
+            wakeup = asyncio.Event()
+            lane_loop = LaneLoop(
+                Lane.NORMAL,
+                LaneSettings(concurrency=4),
+                batch_size=4,
+                poll_interval=60,  # nothing due: the loop waits for a wake-up
+                wakeup=wakeup,
+                claim=claim,
+                next_due=next_due,
+                start=lambda task, done: None,
+            )
+            claimer = asyncio.create_task(lane_loop.run())
+            await parked_on(wakeup)
+            assert lane_loop.claims == 1
+            wakeup.set()
+            claimer.cancel()
+            return await ends_cancelled(claimer)
+
+    assert asyncio.run(scenario()), "the claim loop swallowed the cancel and ran on"
+
+
+def test_the_outcome_buffer_cancelled_as_its_batch_fills_stops(db_dsn: str) -> None:
+    async def scenario() -> tuple[bool, int, int]:
+        async with opened_pool(db_dsn) as pool:
+            flushed: list[Outcome] = []
+            buffer = OutcomeBuffer(
+                pool,
+                flush_size=2,
+                flush_interval=60,
+                on_flushed=lambda batch, applied: flushed.extend(batch),
+            )
+            buffer.add(Outcome(1, None, "COMPLETED"))
+            running = asyncio.create_task(buffer.run())
+            await parked_on(buffer._full)
+            buffer.add(Outcome(2, None, "COMPLETED"))  # the batch is full
+            running.cancel()
+            return await ends_cancelled(running), len(buffer), len(flushed)
+
+    stopped, waiting, flushed = asyncio.run(scenario())
+    assert stopped, "the outcome buffer swallowed the cancel and ran on"
+    # Cancelled before its flush: both outcomes wait for the shutdown's final flush.
+    assert (waiting, flushed) == (2, 0)
+
+
+def test_the_ledger_writer_cancelled_as_its_batch_fills_stops(db_dsn: str) -> None:
+    async def scenario() -> bool:
+        async with opened_pool(db_dsn) as pool:
+            writer = LedgerWriter(pool, batch_size=2, window=60)
+            recording: list[asyncio.Task[Any]] = [asyncio.create_task(writer.record_done(1, None))]
+            running = asyncio.create_task(writer.run())
+            await parked_on(writer._full)
+            # The second entry fills the batch in the next step; the cancel comes right
+            # after it, in the same step.
+            recording.append(asyncio.create_task(writer.record_done(2, None)))
+            asyncio.get_running_loop().call_soon(running.cancel)
+            stopped = await ends_cancelled(running)
+            # Their waiters hear that the writer stopped.
+            await asyncio.wait(recording, timeout=ENDS_WITHIN)
+            for waiting in recording:
+                if not waiting.done():
+                    waiting.cancel()
+                elif not waiting.cancelled():
+                    waiting.exception()  # read: no "never retrieved" warning
+            return stopped
+
+    assert asyncio.run(scenario()), "the ledger writer swallowed the cancel and ran on"
