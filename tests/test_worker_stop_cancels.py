@@ -16,9 +16,13 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
+from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 from pgsched.handlers import TaskRow
+from pgsched.hot_tier import HotTierConfig
+from pgsched.hot_tier.claims import RedisClaimSource
 from pgsched.lanes import Lane
 from pgsched.queries import query
 from pgsched.worker.claim_loop import LaneLoop
@@ -96,6 +100,61 @@ def test_a_lane_loop_cancelled_as_a_wake_up_arrives_stops(db_dsn: str) -> None:
             return await ends_cancelled(claimer)
 
     assert asyncio.run(scenario()), "the claim loop swallowed the cancel and ran on"
+
+
+def test_a_lane_loop_cancelled_while_its_claim_talks_to_redis_stops(
+    db_dsn: str, conn: psycopg.Connection, redis_server: RedisServer
+) -> None:
+    """The shutdown's cancel lands in the claim's call to Redis (its first wait there is
+    redis-py sending the pop script, under asyncio.wait_for, which drops the cancel on
+    Python 3.11): the claim goes on, and so must not the loop."""
+    conn.execute("SELECT pgsched.lane_set_fairness('NORMAL', false)")  # served by Redis
+
+    async def scenario() -> bool:
+        source = RedisClaimSource(HotTierConfig(redis_server.url), policy_checked=True)
+        async with opened_pool(db_dsn) as pool:
+            async with pool.connection() as aconn:
+                await source.open(aconn)
+            claimer: asyncio.Task[None] | None = None
+
+            async def claim(lane: Lane, n: int) -> list[TaskRow]:
+                async with pool.connection() as aconn:
+                    if lane_loop.claims == 2:
+                        # The cancel arrives at the claim's first wait, in Redis.
+                        assert claimer is not None
+                        asyncio.get_running_loop().call_soon(claimer.cancel)
+                    tasks, _ = await source.claim(
+                        aconn, lane.value, n, "w-stop", timedelta(seconds=30)
+                    )
+                return tasks
+
+            async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
+                async with pool.connection() as aconn:
+                    cur = await aconn.execute(query("lane_next_due"), {"lane": lane.value})
+                    row = await cur.fetchone()
+                assert row is not None
+                return row[0], row[1]
+
+            wakeup = asyncio.Event()
+            lane_loop = LaneLoop(
+                Lane.NORMAL,
+                LaneSettings(concurrency=4),
+                batch_size=4,
+                poll_interval=60,
+                wakeup=wakeup,
+                claim=claim,
+                next_due=next_due,
+                start=lambda task, done: None,
+            )
+            claimer = asyncio.create_task(lane_loop.run())
+            # The first claim reads which lanes Redis serves and connects to Redis.
+            await parked_on(wakeup)
+            wakeup.set()  # the second claim is the one cancelled
+            stopped = await ends_cancelled(claimer)
+            await source.close()
+            return stopped and source.popped == 0 and lane_loop.claims == 2
+
+    assert asyncio.run(scenario()), "the claim loop ran on after its claim swallowed the cancel"
 
 
 def test_the_outcome_buffer_cancelled_as_its_batch_fills_stops(db_dsn: str) -> None:
