@@ -2693,47 +2693,52 @@ $$;
 
 CREATE FUNCTION pgsched.task_record_transitions() RETURNS trigger
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_custom_plan'
+    SET enable_nestloop TO 'false'
+    SET enable_mergejoin TO 'false'
     SET enable_hashjoin TO 'true'
-    SET enable_mergejoin TO 'true'
     AS $$
 DECLARE
-    bad_id bigint;
     bad record;
 BEGIN
-    -- An aggregate, not LIMIT 1: with a LIMIT the planner bets on finding a bad row early
-    -- and nests the loops, which costs n^2 when (as always) there is none.
-    SELECT min(o.id) FILTER (WHERE NOT (
-               pgsched.transition_is_legal(o.status, n.status)
-               OR (o.status = 'PROCESSING' AND n.status = 'CANCELLED' AND o.cancel_requested_at IS NOT NULL)))
-      INTO bad_id
-      FROM old_rows o
-      JOIN new_rows n ON n.id = o.id
-     WHERE n.status IS DISTINCT FROM o.status;
-    IF bad_id IS NOT NULL THEN
-        SELECT o.status AS from_status, n.status AS to_status INTO bad
-          FROM old_rows o JOIN new_rows n ON n.id = o.id
-         WHERE o.id = bad_id;
+    WITH moved AS MATERIALIZED (
+        SELECT n.id, n.tenant_id, n.task_type, o.status AS from_status, n.status AS to_status,
+               -- A hand-written UPDATE that forgets updated_at still gets a true time.
+               CASE WHEN n.updated_at IS DISTINCT FROM o.updated_at THEN n.updated_at ELSE now() END
+                   AS occurred_at,
+               n.next_run_at, n.attempts, coalesce(n.locked_by, o.locked_by) AS worker,
+               n.status_reason,
+               (pgsched.transition_is_legal(o.status, n.status)
+                OR (o.status = 'PROCESSING' AND n.status = 'CANCELLED'
+                    AND o.cancel_requested_at IS NOT NULL)) IS NOT FALSE AS legal
+          FROM old_rows AS o
+         INNER JOIN new_rows AS n ON n.id = o.id
+         WHERE n.status IS DISTINCT FROM o.status
+    ),
+
+    recorded AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT m.id, m.tenant_id, m.task_type, m.from_status, m.to_status,
+               m.occurred_at, m.next_run_at, m.attempts, m.worker, m.status_reason
+          FROM moved AS m
+         WHERE m.legal
+    )
+
+    SELECT m.id, m.from_status, m.to_status INTO bad
+      FROM moved AS m
+     WHERE NOT m.legal
+     ORDER BY m.id
+     LIMIT 1;
+    IF FOUND THEN
         RAISE EXCEPTION 'pgsched: illegal transition % -> % for task %',
-            bad.from_status, bad.to_status, bad_id
+            bad.from_status, bad.to_status, bad.id
             USING ERRCODE = 'check_violation',
                   HINT = CASE WHEN bad.from_status = 'PROCESSING' AND bad.to_status = 'CANCELLED'
                       THEN 'A running task is cancelled with pgsched.cancel_task: its worker stops it.'
                       ELSE 'See the state diagram in the README for the legal transitions.' END;
     END IF;
-
-    INSERT INTO pgsched.task_events (
-        task_id, tenant_id, task_type, from_status, to_status,
-        occurred_at, scheduled_for, attempt, worker, detail
-    )
-    SELECT n.id, n.tenant_id, n.task_type, o.status, n.status,
-           -- A hand-written UPDATE that forgets updated_at still gets a true time.
-           CASE WHEN n.updated_at IS DISTINCT FROM o.updated_at THEN n.updated_at ELSE now() END,
-           n.next_run_at, n.attempts,
-           coalesce(n.locked_by, o.locked_by), n.status_reason
-      FROM old_rows o
-      JOIN new_rows n ON n.id = o.id
-     WHERE n.status IS DISTINCT FROM o.status;
     RETURN NULL;
 END;
 $$;
