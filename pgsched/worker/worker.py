@@ -57,6 +57,10 @@ EXIT_STUCK_THREADS = 3
 # old default concurrency (16 per lane, three lanes) could hold.
 MAX_TRANSACTION_CONNECTIONS = 48
 
+# How long the shutdown waits, at the least, for a claim its cancel cut short to end (a
+# claim takes milliseconds; its rows are released once it ends).
+CLAIM_END_WAIT_SECONDS = 5.0
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -93,6 +97,8 @@ class Worker:
         self._started_at: dict[int, float] = {}
         self._watchdog: LoopStallWatchdog | None = None
         self._cancels = CancelRequests(config.cancel_grace_seconds)
+        # Claims whose claim loop was cancelled (shutdown) before it could start their tasks.
+        self._claims_cut_short: set[asyncio.Future[list[TaskRow]]] = set()
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -249,6 +255,18 @@ class Worker:
         }
 
         async def claim(lane: Lane, n: int) -> list[TaskRow]:
+            claiming = asyncio.ensure_future(claim_rows(lane, n))
+            try:
+                return await asyncio.shield(claiming)
+            except asyncio.CancelledError:
+                # The shutdown's cancel, in the middle of a claim: its rows may be committed
+                # PROCESSING (psycopg lets a statement it cancels run to its end, and a
+                # cancel landing as the claim returns drops its rows). The claim runs on;
+                # the shutdown releases what it got.
+                self._claims_cut_short.add(claiming)
+                raise
+
+        async def claim_rows(lane: Lane, n: int) -> list[TaskRow]:
             async with pool.connection() as conn:
                 tasks, undecodable = await claim_from(
                     conn, lane.value, n, self.worker_id, self._lease
@@ -368,6 +386,7 @@ class Worker:
             await asyncio.gather(*claimers, return_exceptions=True)
             if scheduler is not None:
                 scheduler.stop()
+            await self._release_claims_cut_short(buffer)
             await self._drain(buffer)
             if self._background:
                 await asyncio.gather(*self._background, return_exceptions=True)
@@ -397,6 +416,44 @@ class Worker:
                     lp.notified,
                 )
             log.info("worker %s stopped", self.worker_id)
+
+    async def _release_claims_cut_short(self, buffer: OutcomeBuffer) -> None:
+        """Release (back to QUEUED, the attempt given back) what the claims in flight at
+        shutdown claimed: their tasks never started. A claim still running after the wait
+        is given up: whatever it claims stays PROCESSING until its lease expires."""
+        claims = self._claims_cut_short
+        if not claims:
+            return
+        await asyncio.wait(claims, timeout=max(self.config.grace_seconds, CLAIM_END_WAIT_SECONDS))
+        for claiming in claims:
+            if not claiming.done():
+                claiming.cancel()
+                log.warning(
+                    "a claim in flight at shutdown did not end within %.0fs; what it claimed "
+                    "stays PROCESSING until its lease expires",
+                    max(self.config.grace_seconds, CLAIM_END_WAIT_SECONDS),
+                )
+                continue
+            if claiming.cancelled() or claiming.exception() is not None:
+                continue  # it claimed nothing (a failed claim commits no row)
+            tasks = claiming.result()
+            if tasks:
+                log.info(
+                    "released %d tasks claimed as the worker stopped, never started: %s",
+                    len(tasks),
+                    ",".join(str(task.id) for task in tasks),
+                    extra={"outcome": "released"},
+                )
+            for task in tasks:
+                buffer.add(
+                    Outcome(
+                        task.id,
+                        task.lease_token,
+                        "RELEASED",
+                        f"claimed as worker {self.worker_id} stopped; released unstarted",
+                    )
+                )
+        claims.clear()
 
     async def _drain(self, buffer: OutcomeBuffer) -> None:
         """Let running tasks finish within the grace period; release the rest."""

@@ -275,3 +275,28 @@ async def bulk(ctx: TaskContext) -> None:
 @app.handler("urgent")
 async def urgent(ctx: TaskContext) -> None:
     return None
+
+
+# -- many short tasks: each run is one row, written on one connection per worker process ---
+
+_shared_conn: psycopg.AsyncConnection[Any] | None = None
+_shared_conn_lock: asyncio.Lock | None = None
+
+
+async def _shared_connection() -> psycopg.AsyncConnection[Any]:
+    """One connection per worker process (a connection per run would cost more than the
+    run); psycopg serialises the statements of concurrent handlers on it."""
+    global _shared_conn, _shared_conn_lock
+    if _shared_conn_lock is None:
+        _shared_conn_lock = asyncio.Lock()
+    async with _shared_conn_lock:
+        if _shared_conn is None or _shared_conn.closed:
+            _shared_conn = await psycopg.AsyncConnection.connect(_dsn(), autocommit=True)
+    return _shared_conn
+
+
+@app.handler("counted")
+async def counted(ctx: TaskContext) -> None:
+    """Records that it ran (step 'ran'), before it returns: a task run twice has two rows."""
+    conn = await _shared_connection()
+    await conn.execute(_INSERT, _row(ctx, "ran", None))
