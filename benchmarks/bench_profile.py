@@ -64,7 +64,9 @@ STATEMENTS = {
 }
 FUNCTIONS = ("task_claim_many", "task_finish_many", "task_record_transitions")
 PY_SPY_RATE = 250
-IDLE_LEAVES = ("EpollSelector.select", "select (", "poll (", "wait (")
+# Leaves where a thread waits: py-spy names methods Class.name, so the heartbeat's and the
+# stall watchdog's waits (Condition.wait) were taken for work until they were listed here.
+IDLE_LEAVES = ("EpollSelector.select", "select (", "poll (", "wait (", "Condition.wait (")
 # py-spy frames are "function (path:line)": the first pgsched part found from the leaf up.
 PY_PARTS = (
     ("claim", ("pgsched/worker/claims.py", "claim (pgsched/worker/worker.py")),

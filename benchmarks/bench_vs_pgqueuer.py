@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_vs_pgqueuer                      # 20,000 tasks per setting
     python -m benchmarks.bench_vs_pgqueuer --tasks 50000 --rounds 2
+    python -m benchmarks.bench_vs_pgqueuer --pgqueuer asyncpg:2:1:100   # its best setting only
 
 PGQueuer is tried with both of its drivers (psycopg, asyncpg), 1 and 2 worker processes,
 1, 5 and 10 QueueManagers per process and dequeue batches of 10 and 100; pgsched with its
@@ -9,7 +10,9 @@ default flags and tuned ones (--batch-size 500 --concurrency 500), 1 and 2 proce
 drains the same number of no-op tasks due now, in its own database on one durable server;
 rounds alternate the systems so both see the same load. Reported: tasks/s (first start to
 last completion, from each system's own log), CPU per task of the workers and of Postgres,
-and the ratio of pgsched's best to PGQueuer's best in the same run.
+and the ratio of pgsched's best to PGQueuer's best in the same run. CPU per task is counted
+from the first claim to the last completion (the processes' start-up and their idle wait
+after the last task left out); the whole run of the processes is shown beside it.
 
 What each writes per task differs (benchmarks/peers.py): pgsched keeps the task row (moved
 to the done tier) and two task_events rows; PGQueuer deletes the job and writes three
@@ -44,6 +47,29 @@ def pgsched_settings() -> list[dict[str, Any]]:
     ]
 
 
+def pgq_setting(text: str) -> dict[str, Any]:
+    """`asyncpg:2:1:100` -> one of PGQ_SETTINGS."""
+    parts = text.split(":")
+    try:
+        driver, procs, managers, batch = parts[0], *map(int, parts[1:])
+        setting = {"driver": driver, "processes": procs, "managers": managers, "batch_size": batch}
+    except ValueError:
+        setting = None
+    if setting not in PGQ_SETTINGS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of the settings (DRIVER:PROCS:MANAGERS:BATCH, driver psycopg"
+            " or asyncpg, 1 or 2 processes, 1, 5 or 10 managers, batch 10 or 100)"
+        )
+    return setting
+
+
+def cpu_note(r: dict[str, Any]) -> str:
+    return (
+        f"; CPU µs/task while working {r['cpu_us_per_task']},"
+        f" whole run of the processes {r['cpu_us_per_task_whole_run']}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_vs_pgqueuer", description=__doc__.split("\n\n")[0]
@@ -51,8 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per setting (20,000)")
     parser.add_argument("--rounds", type=int, default=1, help="times each setting runs (1)")
     parser.add_argument("--cap", type=float, default=120.0, help="give a setting up after (s)")
+    parser.add_argument(
+        "--pgqueuer",
+        action="append",
+        type=pgq_setting,
+        metavar="DRIVER:PROCS:MANAGERS:BATCH",
+        help="only these PGQueuer settings (repeatable; default: all 24)",
+    )
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "vs_pgqueuer.json")
     args = parser.parse_args(argv)
+    pgq_settings = args.pgqueuer or PGQ_SETTINGS
     server = measure.start_server()
     pgq = peers.PgQueuer()
     runs: list[dict[str, Any]] = []
@@ -76,9 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     name="bench-vs",
                 )
                 r |= {"setting": f"pgsched {s['label']} x{s['processes']}", "round": round_no}
-                measure.note(measure.drain_line(r) + f"; CPU µs/task {r['cpu_us_per_task']}")
+                measure.note(measure.drain_line(r) + cpu_note(r))
                 runs.append(r)
-            for s in PGQ_SETTINGS:
+            for s in pgq_settings:
                 label = (
                     f"PGQueuer {s['driver']}, {s['processes']} proc x {s['managers']}"
                     f" QueueManager(s), batch {s['batch_size']}"
@@ -88,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     pgq, pgq_dsn, args.tasks, s | {"label": label}, args.cap, "bench-vs-pgq"
                 )
                 r["round"] = round_no
-                measure.note(measure.drain_line(r) + f"; CPU µs/task {r['cpu_us_per_task']}")
+                measure.note(measure.drain_line(r) + cpu_note(r))
                 runs.append(r)
     finally:
         server.stop()

@@ -10,6 +10,7 @@ through worker processes and checking the events they wrote; lateness figures; r
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -22,7 +23,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +305,105 @@ class CpuMeter:
             "postgres_cpu_s": round(p1 - p0, 2),
             "other_cores": round(max((m1 - m0) - (w1 - w0) - (p1 - p0), 0.0) / span, 2),
         }
+
+
+class CpuTrace(threading.Thread):
+    """The CPU seconds of some processes and of the Postgres server, sampled every
+    `interval` s against the wall clock, so that a span known only afterwards (the first
+    claim to the last completion, from the events or a peer's own log) can be read off:
+    start-up (imports, connecting, schema checks, pools filling) and the idle polling after
+    the last task stay outside. With 10,000 no-op tasks of about a second, a start-up of a
+    few hundred ms of CPU is as much as the work itself."""
+
+    def __init__(self, pids: list[int], postmaster: int | None, interval: float = 0.02) -> None:
+        super().__init__(name="cpu-trace", daemon=True)
+        self.pids = pids
+        self.postmaster = postmaster
+        self.interval = interval
+        # (wall clock, the processes' CPU s, the server's CPU s, the machine's busy s)
+        self.samples: list[tuple[float, float, float, float]] = []
+        self._backends: list[int] = []
+        self._stop_event = threading.Event()
+
+    def _server_cpu(self, rescan: bool) -> float:
+        # Listing /proc every sample costs the machine more than what is measured: the
+        # server's children are listed again every few samples (a backend that starts in
+        # between is counted from then on, one that exits is in the postmaster's cutime).
+        if self.postmaster is None:
+            return 0.0
+        own = proc_stat_fields(self.postmaster)
+        if own is None:
+            return 0.0
+        if rescan:
+            self._backends = [
+                int(e)
+                for e in os.listdir("/proc")
+                if e.isdigit()
+                and (f := proc_stat_fields(int(e))) is not None
+                and int(f[1]) == self.postmaster
+            ]
+        total = sum(int(own[i]) for i in (11, 12, 13, 14)) / CLK_TCK
+        return total + sum(cpu_seconds(pid) for pid in self._backends)
+
+    def sample(self, rescan: bool = False) -> None:
+        procs = sum(cpu_seconds(p) for p in self.pids)
+        server = self._server_cpu(rescan)
+        self.samples.append((time.time(), procs, server, machine_busy_seconds()))
+
+    def run(self) -> None:
+        self.sample(rescan=True)
+        n = 0
+        while not self._stop_event.wait(self.interval):
+            n += 1
+            self.sample(rescan=n % 10 == 0)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+    def at(self, when: float) -> tuple[float, float, float]:
+        """(processes, server, machine) CPU seconds at wall-clock time `when`, interpolated
+        between the samples either side (the first or last sample outside the span)."""
+        s = self.samples
+        if when <= s[0][0]:
+            return s[0][1:]
+        for a, b in itertools.pairwise(s):
+            if a[0] <= when <= b[0]:
+                f = (when - a[0]) / max(b[0] - a[0], 1e-9)
+                return (
+                    a[1] + f * (b[1] - a[1]),
+                    a[2] + f * (b[2] - a[2]),
+                    a[3] + f * (b[3] - a[3]),
+                )
+        return s[-1][1:]
+
+    def between(self, first: datetime | None, last: datetime | None) -> dict[str, float] | None:
+        """CpuMeter's figures over first -> last (timezone-aware times); None without a span."""
+        if first is None or last is None or not self.samples:
+            return None
+        # A peer's log may hold times without a zone: the server runs in UTC.
+        t0, t1 = (
+            t.timestamp() if t.tzinfo else t.replace(tzinfo=UTC).timestamp() for t in (first, last)
+        )
+        (w0, p0, m0), (w1, p1, m1) = self.at(t0), self.at(t1)
+        span = max(t1 - t0, 1e-9)
+        return {
+            "span_s": round(span, 3),
+            "clients_cores": round((w1 - w0) / span, 2),
+            "clients_cpu_s": round(w1 - w0, 3),
+            "postgres_cores": round((p1 - p0) / span, 2),
+            "postgres_cpu_s": round(p1 - p0, 3),
+            "other_cores": round(max((m1 - m0) - (w1 - w0) - (p1 - p0), 0.0) / span, 2),
+        }
+
+
+def cpu_per_task(cpu: dict[str, float] | None, done: int) -> dict[str, float] | None:
+    if cpu is None:
+        return None
+    return {
+        "workers": round(cpu["clients_cpu_s"] / max(done, 1) * 1e6, 1),
+        "postgres": round(cpu["postgres_cpu_s"] / max(done, 1) * 1e6, 1),
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -614,6 +714,8 @@ def rate_figures(
     inner = per_second[1:-1] if len(per_second) > 2 else per_second
     return {
         "completed": n,
+        "first_at": first,
+        "last_at": last,
         "seconds": round(seconds, 3),
         "tasks_per_s": round(n / seconds),
         "steady_median_per_s": int(statistics.median(inner)) if inner else None,
@@ -669,10 +771,13 @@ def pgsched_drain(
     sampler.start()
     meter = CpuMeter(workers.pids, pm)
     meter.begin()
+    trace = CpuTrace(workers.pids, pm)
+    trace.start()
     try:
         finished, waited = wait_until(check, cap_s, workers, idle_timeout=45.0)
         cpu = meter.end()
     finally:
+        trace.stop()
         codes = workers.stop(dsn=dsn)
         xacts = sampler.stop()
         progress_conn.close()
@@ -691,11 +796,7 @@ def pgsched_drain(
         "capped_after_s": None if finished else round(waited, 1),
         "schedule_s": round(schedule_s, 3),
         **figures,
-        "cpu": cpu,
-        "cpu_us_per_task": {
-            "workers": round(cpu["clients_cpu_s"] / max(figures["completed"], 1) * 1e6, 1),
-            "postgres": round(cpu["postgres_cpu_s"] / max(figures["completed"], 1) * 1e6, 1),
-        },
+        **working_cpu(cpu, trace, figures),
         "engine_xacts": xacts,
         "verification": checked,
         "worker_exit_codes": codes,
@@ -704,6 +805,22 @@ def pgsched_drain(
     }
     workers.cleanup()
     return result
+
+
+def working_cpu(
+    whole: dict[str, float], trace: CpuTrace, figures: dict[str, Any]
+) -> dict[str, Any]:
+    """CPU per task over the work itself (first claim -> last completion: `cpu`,
+    `cpu_us_per_task`) and over the processes' whole run, start-up and the wait for the
+    drain check included (`cpu_whole_run`, `cpu_us_per_task_whole_run`)."""
+    done = figures["completed"]
+    working = trace.between(figures.get("first_at"), figures.get("last_at"))
+    return {
+        "cpu": working if working is not None else whole,
+        "cpu_us_per_task": cpu_per_task(working if working is not None else whole, done),
+        "cpu_whole_run": whole,
+        "cpu_us_per_task_whole_run": cpu_per_task(whole, done),
+    }
 
 
 def g_processing(r: dict[str, Any]) -> int | None:

@@ -47,6 +47,7 @@ import psycopg
 from benchmarks import measure
 from benchmarks.measure import (
     CpuMeter,
+    CpuTrace,
     Procs,
     XactSampler,
     db_now,
@@ -486,6 +487,8 @@ def peer_drain(
     sampler.start()
     meter = CpuMeter(procs.pids, pm)
     meter.begin()
+    trace = CpuTrace(procs.pids, pm)
+    trace.start()
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             finished, waited = wait_until(
@@ -493,12 +496,12 @@ def peer_drain(
             )
         cpu = meter.end()
     finally:
+        trace.stop()
         codes = procs.stop(dsn=dsn)
         xacts = sampler.stop()
     with psycopg.connect(dsn, autocommit=True) as conn:
         figures = peer.rate(conn)
         audit = peer.audit(conn, max(figures["completed"], 1))
-    done = max(figures["completed"], 1)
     result = {
         "system": peer.name,
         "tasks": n,
@@ -508,11 +511,7 @@ def peer_drain(
         "capped_after_s": None if finished else round(waited, 1),
         "schedule_s": round(schedule_s, 3),
         **figures,
-        "cpu": cpu,
-        "cpu_us_per_task": {
-            "workers": round(cpu["clients_cpu_s"] / done * 1e6, 1),
-            "postgres": round(cpu["postgres_cpu_s"] / done * 1e6, 1),
-        },
+        **measure.working_cpu(cpu, trace, figures),
         "audit": audit,
         "xacts": xacts,
         "worker_exit_codes": codes,
