@@ -71,7 +71,10 @@ class CancelFlag:
     `ending` how the attempt was stopped, for the record."""
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # Most tasks are never asked to stop, and none of their handlers wait on the flag:
+        # the Event (a Condition and two locks to make) is made only when one does.
+        self._set = False
+        self._event: threading.Event | None = None
         self.in_thread = False
         # execute returned: the work is done, and a late request no longer stops it.
         self.work_done = False
@@ -80,13 +83,27 @@ class CancelFlag:
         self.ending = "the handler stopped"
 
     def set(self) -> None:
-        self._event.set()
+        with _CANCEL_EVENT_LOCK:
+            self._set = True
+            event = self._event
+        if event is not None:
+            event.set()
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._event.wait(timeout)
+        with _CANCEL_EVENT_LOCK:
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+                if self._set:
+                    event.set()
+        return event.wait(timeout)
+
+
+# Guards the making of a CancelFlag's Event against a set() from another thread.
+_CANCEL_EVENT_LOCK = threading.Lock()
 
 
 class TaskContext:
@@ -107,12 +124,19 @@ class TaskContext:
         self.worker_id = worker_id
         self.dsn = dsn
         self.cancel_flag = cancel if cancel is not None else CancelFlag()
-        self.logger = logging.LoggerAdapter(
+        self._connection = connection
+        self.state: dict[str, Any] = {}
+
+    # Made on first use: most handlers never log, and a logger lookup and an adapter per
+    # task are a good part of a no-op task's cost.
+    @functools.cached_property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose records carry the task's id, tenant and attempt."""
+        task = self.task
+        return logging.LoggerAdapter(
             logging.getLogger(f"pgsched.task.{task.task_type}"),
             {"task_id": task.id, "tenant_id": task.tenant_id, "attempt": task.attempt},
         )
-        self._connection = connection
-        self.state: dict[str, Any] = {}
 
     @property
     def tenant_id(self) -> str:
@@ -245,6 +269,10 @@ class Registration:
     timeout: float | None = None
     transactional: bool = False
     is_async: bool = field(init=False)
+    # Each step's callable (None: not overridden, skipped) and whether it is async, looked
+    # up once here rather than for every task.
+    steps: dict[str, Callable[[TaskContext], Any] | None] = field(init=False, repr=False)
+    async_steps: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.timeout is not None and not 0 < self.timeout <= MAX_TIMEOUT_SECONDS:
@@ -254,13 +282,20 @@ class Registration:
             )
         # A handler is async when its execute is: ctx.connection then is async too.
         self.is_async = inspect.iscoroutinefunction(self.handler.execute)
+        self.steps = {name: self._lookup(name) for name in STEPS}
+        self.async_steps = frozenset(
+            name for name, fn in self.steps.items() if inspect.iscoroutinefunction(fn)
+        )
 
-    def step(self, name: str) -> Callable[[TaskContext], Any] | None:
+    def _lookup(self, name: str) -> Callable[[TaskContext], Any] | None:
         method = getattr(self.handler, name)
         # Skip optional steps the handler did not override: no thread hop for nothing.
         if name != "execute" and getattr(type(self.handler), name) is getattr(TaskHandler, name):
             return None
         return method  # type: ignore[no-any-return]
+
+    def step(self, name: str) -> Callable[[TaskContext], Any] | None:
+        return self.steps[name]
 
 
 class HandlerRegistry:

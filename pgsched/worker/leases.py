@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -68,11 +68,27 @@ class LeaseKeeper(threading.Thread):
         with self._lock:
             self._held[task_id] = lease_token
 
+    def hold_many(self, tasks: Iterable[tuple[int, Any]]) -> None:
+        """hold() for a claim's (task id, lease token) pairs, under one lock."""
+        with self._lock:
+            self._held.update(tasks)
+
     def drop(self, task_id: int) -> None:
         with self._lock:
             self._held.pop(task_id, None)
             self._missed.pop(task_id, None)
             self._cancel_told.discard(task_id)
+
+    def drop_many(self, task_ids: Iterable[int]) -> None:
+        """drop() for a flush's tasks, under one lock."""
+        with self._lock:
+            held, missed, told = self._held, self._missed, self._cancel_told
+            for task_id in task_ids:
+                held.pop(task_id, None)
+                if missed:
+                    missed.pop(task_id, None)
+                if told:
+                    told.discard(task_id)
 
     def stop(self) -> None:
         self._stop_event.set()

@@ -25,9 +25,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -37,8 +36,10 @@ from pgsched.queries import query
 log = logging.getLogger("pgsched.worker.outcomes")
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
+    """One task's outcome, as written. A tuple: made for every task, and a batch of them
+    turns into the statement's columns in one zip."""
+
     task_id: int
     lease_token: Any
     outcome: str  # COMPLETED | RETRY | FAILED | RELEASED | CANCELLED
@@ -59,12 +60,16 @@ def storable_text(text: str) -> str:
 
 
 def finish_params(outcomes: list[Outcome]) -> dict[str, Any]:
+    columns = zip(*outcomes, strict=True) if outcomes else ((),) * len(Outcome._fields)
+    task_ids, lease_tokens, kinds, errors, retry_delays = (list(c) for c in columns)
+    if any(e is not None for e in errors):
+        errors = [None if e is None else storable_text(e) for e in errors]
     return {
-        "task_ids": [o.task_id for o in outcomes],
-        "lease_tokens": [o.lease_token for o in outcomes],
-        "outcomes": [o.outcome for o in outcomes],
-        "errors": [None if o.error is None else storable_text(o.error) for o in outcomes],
-        "retry_delays": [o.retry_delay for o in outcomes],
+        "task_ids": task_ids,
+        "lease_tokens": lease_tokens,
+        "outcomes": kinds,
+        "errors": errors,
+        "retry_delays": retry_delays,
     }
 
 

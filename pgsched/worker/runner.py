@@ -15,7 +15,6 @@ back). Every other outcome goes to the batched buffer.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 import traceback
@@ -383,9 +382,15 @@ class TaskRunner:
             self._record(Outcome(outcome.task_id, outcome.lease_token, "COMPLETED"))
         return applied
 
-    async def _step(self, step: Callable[[TaskContext], Any], ctx: TaskContext) -> Any:
+    async def _step(
+        self, step: Callable[[TaskContext], Any], ctx: TaskContext, is_async: bool
+    ) -> Any:
+        if is_async:
+            # On the event loop: a cancel stops it with CancelledError (in_thread stays
+            # False, as it is between steps).
+            return await step(ctx)
         # Where the step runs decides how a cancel stops it (pgsched/worker/cancels.py).
-        ctx.cancel_flag.in_thread = not inspect.iscoroutinefunction(step)
+        ctx.cancel_flag.in_thread = True
         try:
             return await call_step(step, ctx, self._executor)
         finally:
@@ -393,10 +398,11 @@ class TaskRunner:
 
     async def _lifecycle(self, registration: Registration, ctx: TaskContext) -> Outcome:
         task = ctx.task
-        validate = registration.step("validate")
+        steps, is_async = registration.steps, registration.async_steps
+        validate = steps["validate"]
         if validate is not None:
             try:
-                await self._step(validate, ctx)
+                await self._step(validate, ctx, "validate" in is_async)
             except asyncio.CancelledError:
                 raise
             except HandlerFault as exc:
@@ -407,13 +413,16 @@ class TaskRunner:
                 return Outcome(task.id, task.lease_token, "FAILED", error)
         deadline: asyncio.Timeout | None = None
         try:
-            before = registration.step("before_execute")
+            before = steps["before_execute"]
             if before is not None:
-                await self._step(before, ctx)
-            execute = registration.step("execute")
+                await self._step(before, ctx, "before_execute" in is_async)
+            execute = steps["execute"]
             assert execute is not None
-            async with asyncio.timeout(registration.timeout) as deadline:
-                await self._step(execute, ctx)
+            if registration.timeout is None:
+                await self._step(execute, ctx, "execute" in is_async)
+            else:
+                async with asyncio.timeout(registration.timeout) as deadline:
+                    await self._step(execute, ctx, "execute" in is_async)
         except asyncio.CancelledError:
             raise
         except HandlerFault as exc:
@@ -436,10 +445,10 @@ class TaskRunner:
                 await self._record_done(task.id, task.lease_token)
             except Exception as exc:
                 ctx.logger.warning("could not record the work as done yet: %s", exc)
-        after = registration.step("after_execute")
+        after = steps["after_execute"]
         if after is not None:
             try:
-                await self._step(after, ctx)
+                await self._step(after, ctx, "after_execute" in is_async)
             except asyncio.CancelledError:
                 raise
             except HandlerFault as exc:

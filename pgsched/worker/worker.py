@@ -277,8 +277,7 @@ class Worker:
                 len(tasks),
                 extra={"lane": lane.value, "count": len(tasks)},
             )
-            for task in tasks:
-                keeper.hold(task.id, task.lease_token)
+            keeper.hold_many((task.id, task.lease_token) for task in tasks)
             if self.metrics is not None:
                 self.metrics.claimed(tasks)
             for row in undecodable:
@@ -582,13 +581,14 @@ class Worker:
         (a stale report, refused by the database, advances nothing)."""
         if self.metrics is not None:
             self.metrics.written(((o.task_id, o.outcome) for o in batch), applied)
+        keeper.drop_many(outcome.task_id for outcome in batch)
         advance: list[int] = []
-        for outcome in batch:
-            keeper.drop(outcome.task_id)
-            if outcome.task_id in self._recurring:
-                self._recurring.discard(outcome.task_id)
-                if outcome.outcome == "COMPLETED" and outcome.task_id in applied:
-                    advance.append(outcome.task_id)
+        if self._recurring:
+            for outcome in batch:
+                if outcome.task_id in self._recurring:
+                    self._recurring.discard(outcome.task_id)
+                    if outcome.outcome == "COMPLETED" and outcome.task_id in applied:
+                        advance.append(outcome.task_id)
         if advance:
             # The schedule advances only once the work finished. Should this process die
             # first, the recurring sweep arms the next occurrence within its interval.
