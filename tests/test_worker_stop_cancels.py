@@ -6,7 +6,9 @@ on while the shutdown waits for it for good (the worker hung after "signal recei
 never releasing its running tasks nor exiting).
 
 Each test parks a loop on its event, then sets the event and cancels the loop in the same
-step of the event loop: the race, made certain."""
+step of the event loop: the race, made certain. The same goes for a loop waiting for a
+pooled connection (the outcome buffer, the ledger writer, the lease rescue): the tests at
+the end cancel it at each step of the pool's hand-over in turn."""
 
 from __future__ import annotations
 
@@ -20,16 +22,17 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
-from pgsched.handlers import TaskRow
+from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.hot_tier import HotTierConfig
 from pgsched.hot_tier.claims import RedisClaimSource
 from pgsched.lanes import Lane
 from pgsched.queries import query
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.claims import claim_many
-from pgsched.worker.config import LaneSettings
+from pgsched.worker.config import LaneSettings, WorkerConfig
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
+from pgsched.worker.worker import Worker
 
 # Generous: a loop that heeds its cancel ends within a step or two of the event loop.
 ENDS_WITHIN = 10.0
@@ -202,3 +205,113 @@ def test_the_ledger_writer_cancelled_as_its_batch_fills_stops(db_dsn: str) -> No
             return stopped
 
     assert asyncio.run(scenario()), "the ledger writer swallowed the cancel and ran on"
+
+
+# -- a cancel at a pool's hand-over ---------------------------------------------------------
+#
+# psycopg_pool waits for a connection under asyncio.wait_for: on Python 3.11 a cancel
+# landing as the pool hands the connection over is dropped, and the wait returns the
+# connection. A loop whose next wait is on its own event would then run on for good.
+# Where exactly the cancel must land is a few steps of the event loop after the connection
+# is given back: each test tries every step in a range, one try each.
+
+HAND_OVER_STEPS = range(12)
+
+
+def after_steps(steps: int, callback: Any) -> None:
+    """Call `callback` `steps` steps of the event loop from now."""
+    if steps == 0:
+        callback()
+    else:
+        asyncio.get_running_loop().call_soon(after_steps, steps - 1, callback)
+
+
+@asynccontextmanager
+async def one_connection_pool(dsn: str) -> AsyncIterator[AsyncConnectionPool]:
+    pool = AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True})
+    await pool.open(wait=True)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def cancelled_at_hand_over(
+    pool: AsyncConnectionPool, held: Any, loop_task: asyncio.Task[None], steps: int
+) -> bool:
+    """Once `loop_task` waits for the pool's one connection (held by the test), give the
+    connection back and cancel the loop `steps` steps later; whether the loop ended."""
+    for _ in range(3000):
+        if pool.get_stats().get("requests_waiting"):
+            break
+        await asyncio.sleep(0.001)
+    else:
+        raise AssertionError("the loop never came to wait for a connection")
+    after_steps(steps, loop_task.cancel)
+    await pool.putconn(held)
+    return await ends_cancelled(loop_task)
+
+
+def test_the_outcome_buffer_cancelled_as_the_pool_hands_it_a_connection_stops(
+    db_dsn: str,
+) -> None:
+    async def scenario() -> list[int]:
+        ran_on = []
+        async with one_connection_pool(db_dsn) as pool:
+            for steps in HAND_OVER_STEPS:
+                held = await pool.getconn()
+                buffer = OutcomeBuffer(
+                    pool, flush_size=1, flush_interval=60, on_flushed=lambda batch, applied: None
+                )
+                buffer.add(Outcome(-1, None, "COMPLETED"))  # no such task: refused as stale
+                running = asyncio.create_task(buffer.run())
+                if not await cancelled_at_hand_over(pool, held, running, steps):
+                    ran_on.append(steps)
+        return ran_on
+
+    ran_on = asyncio.run(scenario())
+    assert not ran_on, f"the outcome buffer ran on after a cancel {ran_on} steps after hand-over"
+
+
+def test_the_ledger_writer_cancelled_as_the_pool_hands_it_a_connection_stops(
+    db_dsn: str,
+) -> None:
+    async def scenario() -> list[int]:
+        ran_on = []
+        async with one_connection_pool(db_dsn) as pool:
+            for steps in HAND_OVER_STEPS:
+                held = await pool.getconn()
+                writer = LedgerWriter(pool, batch_size=1, window=60)
+                recording = asyncio.create_task(writer.record_done(-1, None))
+                running = asyncio.create_task(writer.run())
+                if not await cancelled_at_hand_over(pool, held, running, steps):
+                    ran_on.append(steps)
+                await asyncio.wait({recording}, timeout=ENDS_WITHIN)
+                if recording.done() and not recording.cancelled():
+                    recording.exception()  # read: no "never retrieved" warning
+                else:
+                    recording.cancel()
+        return ran_on
+
+    ran_on = asyncio.run(scenario())
+    assert not ran_on, f"the ledger writer ran on after a cancel {ran_on} steps after hand-over"
+
+
+def test_the_lease_rescue_loop_cancelled_as_the_pool_hands_it_a_connection_stops(
+    db_dsn: str,
+) -> None:
+    config = WorkerConfig(lanes=(Lane.NORMAL,), rescue_interval=0.001)
+    worker = Worker(db_dsn, HandlerRegistry(), config)
+
+    async def scenario() -> list[int]:
+        ran_on = []
+        async with one_connection_pool(db_dsn) as pool:
+            for steps in HAND_OVER_STEPS:
+                held = await pool.getconn()
+                running = asyncio.create_task(worker._rescue_loop(pool))
+                if not await cancelled_at_hand_over(pool, held, running, steps):
+                    ran_on.append(steps)
+        return ran_on
+
+    ran_on = asyncio.run(scenario())
+    assert not ran_on, f"the lease rescue ran on after a cancel {ran_on} steps after hand-over"

@@ -35,6 +35,7 @@ import psycopg
 from pgsched.handlers import TaskRow
 from pgsched.lanes import Lane
 from pgsched.worker.config import LaneSettings
+from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 
 log = logging.getLogger("pgsched.worker.claim_loop")
 
@@ -42,16 +43,6 @@ log = logging.getLogger("pgsched.worker.claim_loop")
 # pgsched.task_limits has no room): retry after 2 ms, doubling while that goes on, up to
 # this. A limit frees room when a task finishes or its tokens refill; no signal says when.
 SHORT_CLAIM_BACKOFF_MAX = 0.05
-
-
-def _raise_if_cancel_swallowed() -> None:
-    """End the loop if it was cancelled and is still running: a library swallowed the
-    cancel (on Python 3.11, redis-py sends each command under asyncio.wait_for, which
-    drops a cancel landing as the send completes). The shutdown cancels the claim loops
-    and waits for them to end; a claim loop that ran on would hang it for good."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 class RateLimiter:
@@ -124,7 +115,7 @@ class LaneLoop:
 
     async def run(self) -> None:
         while True:
-            _raise_if_cancel_swallowed()
+            raise_if_cancel_swallowed()
             free = self.settings.concurrency - self.in_flight
             if self._stuck_threads is not None:
                 # A thread still held by a timed-out handler cannot run a new task.
@@ -162,7 +153,7 @@ class LaneLoop:
                 self.in_flight += 1
                 self.claimed += 1
                 self._start(task, self._free_slot)
-            _raise_if_cancel_swallowed()
+            raise_if_cancel_swallowed()
             if len(tasks) >= want:
                 self._short_claims = 0
             elif tasks:
@@ -184,7 +175,7 @@ class LaneLoop:
         except Exception as exc:
             log.warning("next-due query on lane %s failed (%s)", self.lane, exc)
             next_due, db_now = None, datetime.now()
-        _raise_if_cancel_swallowed()
+        raise_if_cancel_swallowed()
         earliest = sent + self.claim_interval
         if next_due is not None:
             # The claim began after `sent`: by the database's clock, no earlier than db_now

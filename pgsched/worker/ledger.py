@@ -17,6 +17,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from pgsched.queries import query
+from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 
 
 class LedgerWriter:
@@ -55,6 +56,8 @@ class LedgerWriter:
                 if not self._pending:
                     self._arrived.clear()
                 await self._write(batch)
+                # A cancel landing as the pool handed the write its connection is swallowed.
+                raise_if_cancel_swallowed()
         finally:
             # Stopping: nobody will write what is left; let its waiters carry on.
             for _, _, done in self._pending:

@@ -32,6 +32,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgsched.queries import query
+from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 
 log = logging.getLogger("pgsched.worker.outcomes")
 
@@ -138,6 +139,8 @@ class OutcomeBuffer:
                     async with asyncio.timeout(self._flush_interval):
                         await self._full.wait()
             await self.flush()
+            # A cancel landing as the pool handed the flush its connection is swallowed.
+            raise_if_cancel_swallowed()
 
     async def flush(self) -> None:
         backoff = 0.05

@@ -44,6 +44,7 @@ from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
 from pgsched.worker.runner import ConnectionSource, TaskRunner
 from pgsched.worker.stall import LoopStallWatchdog
+from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 from pgsched.worker.threads import LaneThreadPool, describe_task
 from pgsched.worker.wakeup import Wakeups
 
@@ -619,3 +620,5 @@ class Worker:
                         log.warning("lane %s: rescued %s tasks whose worker was lost", lane, row[0])
                 except Exception as exc:
                     log.warning("lease rescue failed (%s)", exc)
+                # A cancel landing as the pool handed over the connection is swallowed.
+                raise_if_cancel_swallowed()
