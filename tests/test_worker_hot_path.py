@@ -16,10 +16,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from pgsched.handlers import CancelFlag, HandlerRegistry, TaskContext, TaskHandler, TaskRow
 from pgsched.queries import query
-from pgsched.worker.claims import claim_many, task_row
+from pgsched.worker.claims import TASK_FIELDS, _claimed_rows, claim_many, task_row
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.outcomes import Outcome, finish_params
 
@@ -203,3 +204,43 @@ def test_lease_keeper_holds_and_drops_a_batch() -> None:
     keeper.drop_many(iter([1, 2, 3, 99]))
     assert keeper._held == {4: "d"}
     assert keeper._missed == {} and keeper._cancel_told == set()
+
+
+def claimed_through(db_dsn: str, columns: str) -> list[TaskRow]:
+    """A claim whose result has `columns` (of the claim's own), through the worker's
+    decoding."""
+    statement = sql.SQL("SELECT {} FROM ({}) AS c").format(
+        sql.SQL(columns), query("task_claim_many")
+    )
+
+    async def go() -> list[TaskRow]:
+        async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as conn:
+            cur = await conn.execute(
+                statement,
+                {"lane": "NORMAL", "max_tasks": 5, "worker": "w-test", "lease": timedelta(60)},
+            )
+            tasks, undecodable = await _claimed_rows(conn, cur)
+        assert undecodable == []
+        return tasks
+
+    return asyncio.run(go())
+
+
+def test_claimed_columns_are_bound_by_name_in_any_order(
+    conn: psycopg.Connection, db_dsn: str
+) -> None:
+    ids = scheduled(conn, 2)
+    # Reversed, with a column TaskRow does not have in front.
+    columns = "'extra' AS extra, " + ", ".join(reversed(TASK_FIELDS))
+    tasks = claimed_through(db_dsn, columns)
+    assert sorted(t.id for t in tasks) == sorted(ids)
+    for t in tasks:
+        assert (t.task_type, t.lane, t.attempt, t.scope) == ("hot_path", "NORMAL", 1, "tenant")
+        assert t.payload == {"k": 1} and t.done_by is None
+
+
+def test_a_claim_missing_a_column_says_which(conn: psycopg.Connection, db_dsn: str) -> None:
+    scheduled(conn, 1)
+    columns = ", ".join(f for f in TASK_FIELDS if f != "lease_token")
+    with pytest.raises(LookupError, match="no column lease_token"):
+        claimed_through(db_dsn, columns)

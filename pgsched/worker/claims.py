@@ -167,10 +167,23 @@ async def _claimed_rows(
         return _decode_guarded(conn, cur)
     # Bound by name, checked once per claim: the usual result's columns are TaskRow's
     # fields in order, and its rows go to TaskRow as they are (the cost of positional).
+    # Read off the result's field names: cursor.description makes a Column object per
+    # column, every claim.
+    result = cur.pgresult
+    if result is not None and _field_names(result) == _TASK_FIELDS_BYTES:
+        return [task_row(row) for row in rows], []
     names, order = _layout(cur)
     if order == list(range(len(names))):
         return [task_row(row) for row in rows], []
     return [TaskRow(*[row[n] for n in order]) for row in rows], []
+
+
+_TASK_FIELDS_BYTES = tuple(name.encode() for name in TASK_FIELDS)
+
+
+def _field_names(result: Any) -> tuple[bytes | None, ...]:
+    fname = result.fname
+    return tuple(fname(i) for i in range(result.nfields))
 
 
 def _decode_guarded(
