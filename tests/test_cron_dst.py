@@ -233,6 +233,7 @@ ORACLE_ZONES = [
     ("Asia/Kathmandu", 1985),
 ]
 FREQUENT_EXPRESSIONS = [
+    "* * * * *",
     "0 * * * *",
     "0 */1 * * *",
     "0 */2 * * *",
@@ -298,8 +299,9 @@ for _zone, _year in ORACLE_ZONES:
     for _tr in find_transitions(_zone, _year):
         for _expression in FREQUENT_EXPRESSIONS + WALL_CLOCK_EXPRESSIONS:
             ORACLE_CASES.append(pytest.param(_tr, _expression, id=f"{_tr}-{_expression}"))
-# No DST at all, but a half-hour and a 45-minute offset.
-for _zone in ("Asia/Kolkata", "Asia/Kathmandu", "Australia/Eucla"):
+# No DST at all, but a half-hour and a 45-minute offset; and UTC, whose fire times are
+# computed without resolving each wall time through the zone.
+for _zone in ("Asia/Kolkata", "Asia/Kathmandu", "Australia/Eucla", "UTC"):
     _steady = Transition(
         _zone,
         datetime(2026, 3, 29, tzinfo=UTC),
