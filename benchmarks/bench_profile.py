@@ -21,7 +21,9 @@ each, the figures are per task:
   python     with --py-spy: the workers' CPU per task shared out by where the samples of
              one worker process fell (waits in the selector left out): the claim, the
              completion flush, running the task (runner and handler), the lease heartbeat
-             thread, and the rest (the event loop itself, asyncio, the driver outside those).
+             thread, and the rest (the event loop itself, asyncio, the driver outside those);
+             libpq's send of each statement apart (on a busy machine the worker waits for
+             a core there, which py-spy counts as work).
 
 A throwaway server is started with pg_stat_statements preloaded (durable as every other
 benchmark's: fsync and synchronous_commit on). --dsn must name a server that preloads it.
@@ -68,8 +70,19 @@ PY_SPY_RATE = 250
 # stall watchdog's waits (Condition.wait) were taken for work until they were listed here.
 IDLE_LEAVES = ("EpollSelector.select", "select (", "poll (", "wait (", "Condition.wait (")
 # py-spy frames are "function (path:line)": the first pgsched part found from the leaf up.
+# libpq's send of a statement: it wakes the server's backend, and on a busy machine the
+# worker waits for a core right there, which py-spy counts as work (how much of it is CPU
+# the samples cannot tell), so it is a part of its own.
+SEND_LEAF = "BaseCursor._send_query_prepared ("
 PY_PARTS = (
-    ("claim", ("pgsched/worker/claims.py", "claim (pgsched/worker/worker.py")),
+    (
+        "claim",
+        (
+            "pgsched/worker/claims.py",
+            "claim (pgsched/worker/worker.py",
+            "claim_rows (pgsched/worker/worker.py",
+        ),
+    ),
     ("claim loop", ("pgsched/worker/claim_loop.py",)),
     ("completion flush", ("pgsched/worker/outcomes.py",)),
     ("task run", ("pgsched/worker/runner.py", "pgsched/handlers.py", "benchmarks/noop_app.py")),
@@ -146,6 +159,9 @@ def python_parts(raw: Path, cpu_us_per_task: float) -> dict[str, float]:
         if frames[-1].startswith(IDLE_LEAVES):
             continue
         part = "event loop and the rest"
+        if frames[-1].startswith(SEND_LEAF):
+            parts["statement send (libpq)"] += int(count)
+            continue
         for frame in reversed(frames):
             found = next((p for p, keys in PY_PARTS if any(k in frame for k in keys)), None)
             if found is not None:

@@ -272,12 +272,13 @@ class Worker:
                 tasks, undecodable = await claim_from(
                     conn, lane.value, n, self.worker_id, self._lease
                 )
-            log.debug(
-                "lane %s: claimed %d",
-                lane,
-                len(tasks),
-                extra={"lane": lane.value, "count": len(tasks)},
-            )
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "lane %s: claimed %d",
+                    lane,
+                    len(tasks),
+                    extra={"lane": lane.value, "count": len(tasks)},
+                )
             keeper.hold_many((task.id, task.lease_token) for task in tasks)
             if self.metrics is not None:
                 self.metrics.claimed(tasks)
@@ -303,7 +304,9 @@ class Worker:
             if task.schedule_id is not None:
                 self._recurring.add(task.id)
             cancel = self._cancels.track(task.id)
-            handle = asyncio.create_task(runners[task.lane].run(task, cancel))
+            # The loop's own create_task: asyncio.create_task looks the loop up and names
+            # the task again, for every task.
+            handle = loop.create_task(runners[task.lane].run(task, cancel))
             self._running[task.id] = (handle, task)
             started = self._started_at[task.id] = time.monotonic()
 
