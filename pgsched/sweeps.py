@@ -9,8 +9,9 @@ interval. Each is idempotent: running it twice, or on two processes, is harmless
                     that have no live occurrence (new, re-enabled, crashed mid-advance)
     RescueSweep     every minute: due cold tasks whose promotion was missed, expired
                     leases, and a wake-up for lanes with due work nobody claimed
-    RetentionSweep  hourly: prune finished tasks (default: keep 30 days), make task_events
-                    partitions ahead and drop expired ones (partitions_maintain)
+    RetentionSweep  hourly: make partitions of finished tasks and of task_events ahead and
+                    drop expired ones (finished_partitions_maintain, partitions_maintain),
+                    prune what no partition drop takes (default: keep 30 days)
 
 Leadership: the sweeper holds the leader lease (`pgsched.leadership`: a row, renewed every
 third of its length, its writes fenced by the lease's generation). A leader that stops
@@ -196,8 +197,8 @@ class RetentionSweep:
     interval: float = 3600.0
     keep: timedelta = timedelta(days=30)
     chunk: int = 10_000
-    # task_events partitions made ahead of the current period, and how long dropping an
-    # expired one may wait for its lock (the next sweep tries again).
+    # Partitions (task_events, finished tasks) made ahead of the current period, and how
+    # long dropping an expired one may wait for its lock (the next sweep tries again).
     partitions_ahead: int = 3
     lock_wait: timedelta = timedelta(seconds=1)
     name: str = "retention"
@@ -209,9 +210,11 @@ class RetentionSweep:
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         # Counted by what was deleted: tasks, idempotency keys, recurring occurrences,
-        # ledger rows of completed keyed work (once-keys are never deleted). Events are not
-        # deleted: they go a whole partition at a time (partitions_maintain).
-        totals: dict[str, int] = {}
+        # ledger rows of completed keyed work (once-keys are never deleted). Finished tasks
+        # and events mostly go a whole partition at a time. The finished tasks' periods are
+        # dropped first, so that retention_prune finds their idempotency keys unused in the
+        # same run, as when it deleted those tasks itself.
+        totals = self.maintain_finished_partitions(conn, now)
         with conn.cursor(row_factory=dict_row) as cur:
             while True:
                 row = cur.execute(
@@ -223,8 +226,36 @@ class RetentionSweep:
                     totals[name] = totals.get(name, 0) + int(count)
                 if max(int(c) for c in row.values()) < self.chunk:
                     break
-        totals.update(self.maintain_partitions(conn, now))
+        for name, count in self.maintain_partitions(conn, now).items():
+            totals[name] = totals.get(name, 0) + count
         return totals
+
+    def maintain_finished_partitions(
+        self, conn: psycopg.Connection[Any], now: datetime
+    ) -> dict[str, int]:
+        """Make tasks_finished partitions ahead and drop expired ones, with their COMPLETED
+        and CANCELLED rows; counts only what happened (finished_partitions_created,
+        finished_partitions_dropped, lock_timeouts)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                query("finished_partitions_maintain"),
+                {
+                    "ahead": self.partitions_ahead,
+                    "keep": self.keep,
+                    "now": now,
+                    "lock_wait": self.lock_wait,
+                },
+            ).fetchall()
+        counts: dict[str, int] = {}
+        for row in rows:
+            action = row["action"]
+            if action in ("created", "dropped"):
+                key = f"finished_partitions_{action}"
+            else:
+                key = "lock_timeouts"
+                self._lock_timeout(row["partition_name"], action)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
     def maintain_partitions(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         """Make task_events partitions ahead and drop expired ones; counts only what
@@ -251,19 +282,19 @@ class RetentionSweep:
                 continue
             else:  # not_created / not_dropped: the lock was not granted in time
                 key = "lock_timeouts"
-                log.warning(
-                    "retention: task_events partition %s %s: its lock was not granted"
-                    " within %.1fs; the next retention sweep tries again",
-                    row["partition_name"],
-                    action.replace("_", " "),
-                    self.lock_wait.total_seconds(),
-                    extra={
-                        "event": "partition_lock_timeout",
-                        "fields": {"partition": row["partition_name"]},
-                    },
-                )
+                self._lock_timeout(row["partition_name"], action)
             counts[key] = counts.get(key, 0) + 1
         return counts
+
+    def _lock_timeout(self, partition: str, action: str) -> None:
+        log.warning(
+            "retention: partition %s %s: its lock was not granted within %.1fs; the next"
+            " retention sweep tries again",
+            partition,
+            action.replace("_", " "),
+            self.lock_wait.total_seconds(),
+            extra={"event": "partition_lock_timeout", "fields": {"partition": partition}},
+        )
 
 
 def default_sweeps() -> list[Sweep]:

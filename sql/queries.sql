@@ -270,13 +270,21 @@ SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s, %(now)s) AS rescued;
 
 -- name: retention_prune
 -- Events are not deleted here (the function's `events` column is always 0): they go with
--- their partition, below.
+-- their partition (partitions_maintain), and so do finished tasks, except the archive's
+-- and the default partition's (finished_partitions_maintain).
 SELECT
     tasks,
     idempotency_keys,
     occurrences,
     ledger
 FROM pgsched.retention_prune(%(keep)s, %(max_rows)s, %(now)s);
+
+-- name: finished_partitions_maintain
+SELECT
+    partition_name,
+    action,
+    task_rows
+FROM pgsched.finished_partitions_maintain(%(ahead)s, %(keep)s, %(now)s, %(lock_wait)s);
 
 -- name: partitions_maintain
 SELECT

@@ -29,9 +29,9 @@ PARTITION = {
     "PENDING": "pgsched.tasks_cold",
     "QUEUED": "pgsched.tasks_hot",
     "PROCESSING": "pgsched.tasks_hot",
-    "COMPLETED": "pgsched.tasks_done",
+    "COMPLETED": "pgsched.tasks_finished",
     "FAILED": "pgsched.tasks_done",
-    "CANCELLED": "pgsched.tasks_done",
+    "CANCELLED": "pgsched.tasks_finished",
 }
 
 
@@ -78,8 +78,14 @@ def move(
 
 
 def where(conn: psycopg.Connection, task_id: int) -> tuple[str, str]:
+    """The task's status and tier: the partition of pgsched.tasks holding it (for finished
+    tasks, tasks_finished, whichever of its periods the row is in)."""
     row = conn.execute(
-        "SELECT status::text, tableoid::regclass::text FROM pgsched.tasks WHERE id = %s",
+        "SELECT t.status::text, coalesce("
+        "  (SELECT i.inhparent::regclass::text FROM pg_inherits AS i"
+        "    WHERE i.inhrelid = t.tableoid AND i.inhparent <> 'pgsched.tasks'::regclass),"
+        "  t.tableoid::regclass::text)"
+        " FROM pgsched.tasks AS t WHERE t.id = %s",
         (task_id,),
     ).fetchone()
     assert row is not None
@@ -116,7 +122,7 @@ def test_cancel_not_started(conn: psycopg.Connection, due_in: timedelta, was: st
     assert conn.execute(
         "SELECT pgsched.cancel_task(%s, 'customer left', %s)", (task_id, cancelled_at)
     ).fetchone() == (task_id,)
-    assert where(conn, task_id) == ("CANCELLED", "pgsched.tasks_done")
+    assert where(conn, task_id) == ("CANCELLED", "pgsched.tasks_finished")
     # The reason with the actor: here the calling role, since none was named.
     role = conn.info.user
     reason = f"cancelled by {role}: customer left"
@@ -187,7 +193,7 @@ def test_lifecycle_is_recorded(conn: psycopg.Connection) -> None:
         ("FAILED", None, "boom again", "pgsched.tasks_done"),
         ("QUEUED", None, "operator retry", "pgsched.tasks_hot"),
         ("PROCESSING", "worker-e", None, "pgsched.tasks_hot"),
-        ("COMPLETED", None, "ok", "pgsched.tasks_done"),
+        ("COMPLETED", None, "ok", "pgsched.tasks_finished"),
     ]
     expected = []
     status, attempts, worker_now = "PENDING", 0, None
