@@ -10,8 +10,9 @@ same way and compares, so the two cannot drift.
 
 The dump is pg_dump's `--schema-only --schema=pgsched --no-owner`, normalized to be stable
 across runs and servers: pg_dump's version lines, session SETs and the per-run `\\restrict`
-key are dropped, and so are task_events' dated partitions and its archive, whose bounds
-depend on the day the migration ran (`partitions_maintain` makes them; sql/0024). Grants
+key are dropped, and so are the dated partitions and archives of task_events and of
+tasks_finished, whose bounds depend on the day the migration ran (`partitions_maintain` and
+`finished_partitions_maintain` make them; sql/0024, sql/0025). Grants
 are kept: which role may call what is part of the schema (the roles themselves are
 cluster-wide and created by the tenancy migration).
 """
@@ -32,8 +33,14 @@ from psycopg.conninfo import make_conninfo
 REGENERATE = "python -m pgsched.schema_dump"
 HEADER = f"-- sql/schema.sql: generated; regenerate with `{REGENERATE}`; do not edit.\n"
 
-# task_events' partitions by date, and its archive (bounded by a date too).
-DATED_PARTITIONS = ("pgsched.task_events_p*", "pgsched.task_events_archive")
+# task_events' and tasks_finished's partitions by date, and their archives (bounded by a
+# date too).
+DATED_PARTITIONS = (
+    "pgsched.task_events_p*",
+    "pgsched.task_events_archive",
+    "pgsched.tasks_finished_p*",
+    "pgsched.tasks_finished_archive",
+)
 
 _DROPPED_PREFIXES = (
     "\\restrict",

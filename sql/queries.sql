@@ -705,6 +705,14 @@ SELECT
     default_rows
 FROM pgsched.event_partitions_status();
 
+-- name: doctor_finished_partitions
+SELECT
+    period,
+    current_covered,
+    periods_ahead,
+    default_rows
+FROM pgsched.finished_partitions_status();
+
 -- name: doctor_xmin_holders
 -- Sessions whose transaction id or snapshot keeps vacuum from removing dead rows, oldest
 -- first. (A read-committed transaction that has written nothing holds neither between

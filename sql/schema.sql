@@ -577,6 +577,150 @@ CREATE FUNCTION pgsched.event_period_start(t timestamp with time zone, period in
 $$;
 
 --
+-- Name: finished_partitions(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.finished_partitions() RETURNS TABLE(partition_name text, lower_bound timestamp with time zone, upper_bound timestamp with time zone, is_default boolean, approx_rows bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    SET "DateStyle" TO 'ISO, YMD'
+    AS $_$
+    SELECT c.relname::text,
+           CASE WHEN b.m[1] <> 'MINVALUE' THEN btrim(b.m[1], '''')::timestamptz END,
+           CASE WHEN b.m[2] <> 'MAXVALUE' THEN btrim(b.m[2], '''')::timestamptz END,
+           b.m IS NULL,
+           CASE WHEN b.m IS NULL
+                THEN (SELECT count(*) FROM (SELECT 1 FROM pgsched.tasks_finished_default LIMIT 100000) AS d)
+                ELSE greatest(c.reltuples, 0)::bigint END
+      FROM pg_catalog.pg_inherits AS i
+      JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+     CROSS JOIN LATERAL (
+        SELECT regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+                            '^FOR VALUES FROM \((.+)\) TO \((.+)\)$') AS m
+     ) AS b
+     WHERE i.inhparent = 'pgsched.tasks_finished'::regclass
+     ORDER BY b.m IS NULL, 2 NULLS FIRST
+$_$;
+
+--
+-- Name: finished_partitions_maintain(integer, interval, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.finished_partitions_maintain(ahead integer DEFAULT 3, keep interval DEFAULT '30 days'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, lock_wait interval DEFAULT '00:00:01'::interval) RETURNS TABLE(partition_name text, action text, task_rows bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    period interval;
+    cutoff timestamptz;
+    horizon timestamptz;
+    top timestamptz;
+    lo timestamptz;
+    hi timestamptz;
+    part text;
+    expired text[];
+    n bigint;
+    saved_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+    IF ahead IS NULL OR ahead < 1 OR ahead > 366 THEN
+        RAISE EXCEPTION 'pgsched: finished_partitions_maintain: ahead must be between 1 and 366 periods, not %', ahead
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF keep IS NULL OR keep <= INTERVAL '0' THEN
+        RAISE EXCEPTION 'pgsched: finished_partitions_maintain: keep must be above 0, not %', keep
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF lock_wait IS NULL OR lock_wait <= INTERVAL '0' OR lock_wait > INTERVAL '1 minute' THEN
+        RAISE EXCEPTION 'pgsched: finished_partitions_maintain: lock_wait must be above 0 and at most 1 minute, not %', lock_wait
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pgsched.finished_partitions_maintain'));
+    SELECT s.event_partition_period INTO period FROM pgsched.settings AS s;
+    cutoff := t - keep;
+    horizon := pgsched.event_period_start(t, period) + (ahead + 1) * period;
+    PERFORM set_config('lock_timeout', (extract(EPOCH FROM lock_wait) * 1000)::bigint::text, TRUE);
+
+    -- Ahead, continuing from the newest partition (as partitions_maintain does).
+    SELECT max(p.upper_bound) INTO top FROM pgsched.finished_partitions() AS p WHERE NOT p.is_default;
+    top := coalesce(top, pgsched.event_period_start(t, period));
+    WHILE top < horizon LOOP
+        lo := top;
+        hi := pgsched.event_period_start(lo, period) + period;
+        part := 'tasks_finished_p' || to_char(lo, 'YYYYMMDD')
+                || CASE WHEN lo <> date_trunc('day', lo) THEN to_char(lo, '_HH24MISS') ELSE '' END;
+        BEGIN
+            -- Made apart and attached: attaching takes no ACCESS EXCLUSIVE lock on
+            -- tasks_finished, only on the default partition, whose rows of this period move
+            -- in. The CHECK constraints of tasks come along: a partition must have them.
+            EXECUTE format('CREATE TABLE pgsched.%I (LIKE pgsched.tasks_finished INCLUDING CONSTRAINTS)', part);
+            EXECUTE format(
+                'WITH moved AS (DELETE FROM pgsched.tasks_finished_default AS d'
+                ' WHERE d.updated_at >= %L AND d.updated_at < %L RETURNING d.*)'
+                ' INSERT INTO pgsched.%I SELECT * FROM moved', lo, hi, part);
+            GET DIAGNOSTICS n = ROW_COUNT;
+            EXECUTE format(
+                'ALTER TABLE pgsched.tasks_finished ATTACH PARTITION pgsched.%I FOR VALUES FROM (%L) TO (%L)',
+                part, lo, hi);
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN QUERY SELECT part, 'not_created'::text, NULL::bigint;
+            EXIT;
+        END;
+        RETURN QUERY SELECT part, 'created'::text, n;
+        top := hi;
+    END LOOP;
+
+    -- Expired: partitions every row of which is older than the cutoff, the archive
+    -- included. FAILED rows are in tasks_done, never here. Dropped under an ACCESS
+    -- EXCLUSIVE lock on tasks_finished (a completion's insert waits for it, at most
+    -- lock_wait), for catalog changes only: nothing is read or copied.
+    SELECT array_agg(p.partition_name ORDER BY p.upper_bound)
+      INTO expired
+      FROM pgsched.finished_partitions() AS p
+     WHERE NOT p.is_default AND p.upper_bound <= cutoff;
+    IF expired IS NOT NULL THEN
+        BEGIN
+            LOCK TABLE pgsched.tasks_finished IN ACCESS EXCLUSIVE MODE;
+            FOREACH part IN ARRAY expired LOOP
+                EXECUTE format('DROP TABLE pgsched.%I', part);
+            END LOOP;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN QUERY SELECT x, 'not_dropped'::text, NULL::bigint FROM unnest(expired) AS x;
+            expired := NULL;
+        END;
+        IF expired IS NOT NULL THEN
+            RETURN QUERY SELECT x, 'dropped'::text, NULL::bigint FROM unnest(expired) AS x;
+        END IF;
+    END IF;
+    PERFORM set_config('lock_timeout', saved_lock_timeout, TRUE);
+END;
+$$;
+
+--
+-- Name: finished_partitions_status(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.finished_partitions_status(as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(period interval, current_covered boolean, periods_ahead integer, default_rows bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH s AS (
+        SELECT st.event_partition_period AS period, coalesce(as_of, now()) AS t
+          FROM pgsched.settings AS st
+    )
+    SELECT s.period,
+           EXISTS (SELECT 1 FROM pgsched.finished_partitions() AS p
+                    WHERE NOT p.is_default AND s.t < p.upper_bound
+                      AND (p.lower_bound IS NULL OR p.lower_bound <= s.t)),
+           (SELECT count(*)::integer FROM pgsched.finished_partitions() AS p
+             WHERE p.lower_bound >= pgsched.event_period_start(s.t, s.period) + s.period),
+           (SELECT p.approx_rows FROM pgsched.finished_partitions() AS p WHERE p.is_default)
+      FROM s
+$$;
+
+--
 -- Name: hot_tier_due_by_ids(bigint[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1152,18 +1296,23 @@ CREATE FUNCTION pgsched.retention_prune(keep interval DEFAULT '30 days'::interva
     AS $$
 DECLARE
     cutoff timestamptz := coalesce(as_of, now()) - keep;
+    row_cutoff timestamptz;
     n_tasks bigint;
     n_keys bigint;
     n_occurrences bigint;
     n_ledger bigint;
 BEGIN
+    SELECT least(cutoff, min(p.lower_bound)) INTO row_cutoff
+      FROM pgsched.finished_partitions() AS p
+     WHERE p.lower_bound IS NOT NULL;
     WITH old AS (
-        SELECT tk.id, tk.status FROM pgsched.tasks AS tk
-         WHERE tk.status IN ('COMPLETED', 'CANCELLED') AND tk.updated_at < cutoff
+        SELECT tk.id, tk.status, tk.updated_at FROM pgsched.tasks_finished AS tk
+         WHERE tk.status IN ('COMPLETED', 'CANCELLED') AND tk.updated_at < row_cutoff
          LIMIT max_rows
     )
-    DELETE FROM pgsched.tasks AS tk USING old
-     WHERE tk.id = old.id AND tk.status = old.status;
+    DELETE FROM pgsched.tasks_finished AS tk USING old
+     WHERE tk.id = old.id AND tk.status = old.status AND tk.updated_at = old.updated_at
+       AND tk.updated_at < row_cutoff;
     GET DIAGNOSTICS n_tasks = ROW_COUNT;
 
     WITH old AS (
@@ -3582,6 +3731,93 @@ CREATE TABLE pgsched.tasks_done (
 );
 
 --
+-- Name: tasks_finished; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.tasks_finished (
+    id bigint DEFAULT nextval('pgsched.task_id_seq'::regclass) NOT NULL,
+    tenant_id text DEFAULT 'default'::text NOT NULL,
+    task_type text NOT NULL,
+    schedule_type pgsched.schedule_type DEFAULT 'ONE_TIME'::pgsched.schedule_type NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    cron_expression text,
+    timezone text,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority integer DEFAULT 5 NOT NULL,
+    lane pgsched.task_lane NOT NULL,
+    status pgsched.task_status NOT NULL,
+    attempts bigint DEFAULT 0 NOT NULL,
+    max_attempts bigint DEFAULT 3 NOT NULL,
+    last_run_at timestamp with time zone,
+    last_error text,
+    status_reason text,
+    idempotency_key text,
+    locked_by text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    scope text DEFAULT 'tenant'::text NOT NULL,
+    product text,
+    parent_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_id bigint,
+    cancel_requested_at timestamp with time zone,
+    cancel_requested_by text,
+    cancel_reason text,
+    CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
+    CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
+    CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
+    CONSTRAINT tasks_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
+    CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
+    CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
+)
+PARTITION BY RANGE (updated_at);
+
+--
+-- Name: tasks_finished_default; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.tasks_finished_default (
+    id bigint DEFAULT nextval('pgsched.task_id_seq'::regclass) NOT NULL,
+    tenant_id text DEFAULT 'default'::text NOT NULL,
+    task_type text NOT NULL,
+    schedule_type pgsched.schedule_type DEFAULT 'ONE_TIME'::pgsched.schedule_type NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    cron_expression text,
+    timezone text,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority integer DEFAULT 5 NOT NULL,
+    lane pgsched.task_lane NOT NULL,
+    status pgsched.task_status NOT NULL,
+    attempts bigint DEFAULT 0 NOT NULL,
+    max_attempts bigint DEFAULT 3 NOT NULL,
+    last_run_at timestamp with time zone,
+    last_error text,
+    status_reason text,
+    idempotency_key text,
+    locked_by text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    scope text DEFAULT 'tenant'::text NOT NULL,
+    product text,
+    parent_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_id bigint,
+    cancel_requested_at timestamp with time zone,
+    cancel_requested_by text,
+    cancel_reason text,
+    CONSTRAINT tasks_attempts_sane CHECK (((attempts >= 0) AND (max_attempts >= 1))),
+    CONSTRAINT tasks_lane_matches_priority CHECK (((lane = 'BATCH'::pgsched.task_lane) OR ((lane = 'HIGH'::pgsched.task_lane) AND (priority >= 8)) OR ((lane = 'NORMAL'::pgsched.task_lane) AND ((priority >= 4) AND (priority <= 7))) OR ((lane = 'LOW'::pgsched.task_lane) AND (priority <= 3)))),
+    CONSTRAINT tasks_lease_only_while_processing CHECK (((status = 'PROCESSING'::pgsched.task_status) OR (lease_token IS NULL))),
+    CONSTRAINT tasks_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
+    CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
+    CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
+);
+
+--
 -- Name: tasks_hot; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3674,7 +3910,19 @@ ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_cold FOR VALUES IN
 -- Name: tasks_done; Type: TABLE ATTACH; Schema: pgsched; Owner: -
 --
 
-ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_done FOR VALUES IN ('COMPLETED', 'FAILED', 'CANCELLED');
+ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_done FOR VALUES IN ('FAILED');
+
+--
+-- Name: tasks_finished; Type: TABLE ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_finished FOR VALUES IN ('COMPLETED', 'CANCELLED');
+
+--
+-- Name: tasks_finished_default; Type: TABLE ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks_finished ATTACH PARTITION pgsched.tasks_finished_default DEFAULT;
 
 --
 -- Name: tasks_hot; Type: TABLE ATTACH; Schema: pgsched; Owner: -
@@ -3784,28 +4032,42 @@ ALTER TABLE ONLY pgsched.task_limits
 --
 
 ALTER TABLE ONLY pgsched.tasks
-    ADD CONSTRAINT tasks_pkey PRIMARY KEY (id, status);
+    ADD CONSTRAINT tasks_pkey PRIMARY KEY (id, status, updated_at);
 
 --
 -- Name: tasks_cold tasks_cold_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
 ALTER TABLE ONLY pgsched.tasks_cold
-    ADD CONSTRAINT tasks_cold_pkey PRIMARY KEY (id, status);
+    ADD CONSTRAINT tasks_cold_pkey PRIMARY KEY (id, status, updated_at);
 
 --
 -- Name: tasks_done tasks_done_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
 ALTER TABLE ONLY pgsched.tasks_done
-    ADD CONSTRAINT tasks_done_pkey PRIMARY KEY (id, status);
+    ADD CONSTRAINT tasks_done_pkey PRIMARY KEY (id, status, updated_at);
+
+--
+-- Name: tasks_finished tasks_finished_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks_finished
+    ADD CONSTRAINT tasks_finished_pkey PRIMARY KEY (id, status, updated_at);
+
+--
+-- Name: tasks_finished_default tasks_finished_default_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.tasks_finished_default
+    ADD CONSTRAINT tasks_finished_default_pkey PRIMARY KEY (id, status, updated_at);
 
 --
 -- Name: tasks_hot tasks_hot_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
 ALTER TABLE ONLY pgsched.tasks_hot
-    ADD CONSTRAINT tasks_hot_pkey PRIMARY KEY (id, status);
+    ADD CONSTRAINT tasks_hot_pkey PRIMARY KEY (id, status, updated_at);
 
 --
 -- Name: tenants tenants_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -3905,12 +4167,6 @@ CREATE INDEX tasks_done_not_completed_idx ON pgsched.tasks_done USING btree (sta
 CREATE INDEX tasks_done_parent_id_idx ON pgsched.tasks_done USING btree (parent_id) WHERE (parent_id IS NOT NULL);
 
 --
--- Name: tasks_done_retention_idx; Type: INDEX; Schema: pgsched; Owner: -
---
-
-CREATE INDEX tasks_done_retention_idx ON pgsched.tasks_done USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
-
---
 -- Name: tasks_done_tenant_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -3921,6 +4177,78 @@ CREATE INDEX tasks_done_tenant_idx ON pgsched.tasks_done USING btree (tenant_id,
 --
 
 CREATE INDEX tasks_done_type_idx ON pgsched.tasks_done USING btree (task_type, id);
+
+--
+-- Name: tasks_finished_due_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_due_idx ON ONLY pgsched.tasks_finished USING btree (next_run_at);
+
+--
+-- Name: tasks_finished_default_next_run_at_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_default_next_run_at_idx ON pgsched.tasks_finished_default USING btree (next_run_at);
+
+--
+-- Name: tasks_finished_parent_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_parent_id_idx ON ONLY pgsched.tasks_finished USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
+--
+-- Name: tasks_finished_default_parent_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_default_parent_id_idx ON pgsched.tasks_finished_default USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
+--
+-- Name: tasks_finished_not_completed_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_not_completed_idx ON ONLY pgsched.tasks_finished USING btree (status, id) WHERE (status <> 'COMPLETED'::pgsched.task_status);
+
+--
+-- Name: tasks_finished_default_status_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_default_status_id_idx ON pgsched.tasks_finished_default USING btree (status, id) WHERE (status <> 'COMPLETED'::pgsched.task_status);
+
+--
+-- Name: tasks_finished_type_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_type_idx ON ONLY pgsched.tasks_finished USING btree (task_type, id);
+
+--
+-- Name: tasks_finished_default_task_type_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_default_task_type_id_idx ON pgsched.tasks_finished_default USING btree (task_type, id);
+
+--
+-- Name: tasks_finished_tenant_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_tenant_idx ON ONLY pgsched.tasks_finished USING btree (tenant_id, id);
+
+--
+-- Name: tasks_finished_default_tenant_id_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_default_tenant_id_id_idx ON pgsched.tasks_finished_default USING btree (tenant_id, id);
+
+--
+-- Name: tasks_finished_updated_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_updated_idx ON ONLY pgsched.tasks_finished USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
+
+--
+-- Name: tasks_finished_default_updated_at_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX tasks_finished_default_updated_at_idx ON pgsched.tasks_finished_default USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
 
 --
 -- Name: tasks_hot_claim_idx; Type: INDEX; Schema: pgsched; Owner: -
@@ -3993,6 +4321,60 @@ ALTER INDEX pgsched.tasks_parent_idx ATTACH PARTITION pgsched.tasks_done_parent_
 --
 
 ALTER INDEX pgsched.tasks_pkey ATTACH PARTITION pgsched.tasks_done_pkey;
+
+--
+-- Name: tasks_finished_default_next_run_at_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_finished_due_idx ATTACH PARTITION pgsched.tasks_finished_default_next_run_at_idx;
+
+--
+-- Name: tasks_finished_default_parent_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_finished_parent_id_idx ATTACH PARTITION pgsched.tasks_finished_default_parent_id_idx;
+
+--
+-- Name: tasks_finished_default_pkey; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_finished_pkey ATTACH PARTITION pgsched.tasks_finished_default_pkey;
+
+--
+-- Name: tasks_finished_default_status_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_finished_not_completed_idx ATTACH PARTITION pgsched.tasks_finished_default_status_id_idx;
+
+--
+-- Name: tasks_finished_default_task_type_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_finished_type_idx ATTACH PARTITION pgsched.tasks_finished_default_task_type_id_idx;
+
+--
+-- Name: tasks_finished_default_tenant_id_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_finished_tenant_idx ATTACH PARTITION pgsched.tasks_finished_default_tenant_id_id_idx;
+
+--
+-- Name: tasks_finished_default_updated_at_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_finished_updated_idx ATTACH PARTITION pgsched.tasks_finished_default_updated_at_idx;
+
+--
+-- Name: tasks_finished_parent_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_parent_idx ATTACH PARTITION pgsched.tasks_finished_parent_id_idx;
+
+--
+-- Name: tasks_finished_pkey; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.tasks_pkey ATTACH PARTITION pgsched.tasks_finished_pkey;
 
 --
 -- Name: tasks_hot_parent_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
@@ -4123,6 +4505,32 @@ REVOKE ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time
 GRANT ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) TO pgsched_producer;
 GRANT ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) TO pgsched_admin;
+
+--
+-- Name: FUNCTION finished_partitions(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.finished_partitions() FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.finished_partitions() TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.finished_partitions() TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.finished_partitions() TO pgsched_admin;
+
+--
+-- Name: FUNCTION finished_partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.finished_partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.finished_partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.finished_partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) TO pgsched_admin;
+
+--
+-- Name: FUNCTION finished_partitions_status(as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.finished_partitions_status(as_of timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.finished_partitions_status(as_of timestamp with time zone) TO pgsched_producer;
+GRANT ALL ON FUNCTION pgsched.finished_partitions_status(as_of timestamp with time zone) TO pgsched_worker;
+GRANT ALL ON FUNCTION pgsched.finished_partitions_status(as_of timestamp with time zone) TO pgsched_admin;
 
 --
 -- Name: FUNCTION hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
@@ -4811,6 +5219,13 @@ GRANT ALL ON TABLE pgsched.tasks_cold TO pgsched_admin;
 
 GRANT SELECT ON TABLE pgsched.tasks_done TO pgsched_worker;
 GRANT ALL ON TABLE pgsched.tasks_done TO pgsched_admin;
+
+--
+-- Name: TABLE tasks_finished; Type: ACL; Schema: pgsched; Owner: -
+--
+
+GRANT SELECT ON TABLE pgsched.tasks_finished TO pgsched_worker;
+GRANT ALL ON TABLE pgsched.tasks_finished TO pgsched_admin;
 
 --
 -- Name: TABLE tasks_hot; Type: ACL; Schema: pgsched; Owner: -

@@ -227,31 +227,47 @@ def period_name(period: timedelta) -> str:
 
 
 def _partitions(conn: psycopg.Connection[Any]) -> Check:
+    """task_events' partitions (sql/0024) and finished tasks' (tasks_finished, sql/0025):
+    the worst of the two, with both findings."""
+    results = [
+        _table_partitions(conn, "doctor_event_partitions", "task_events", "task_events", "event"),
+        _table_partitions(
+            conn, "doctor_finished_partitions", "tasks_finished", "finished tasks", "task"
+        ),
+    ]
+    rank = {"pass": 0, "warn": 1, "fail": 2}
+    worst = max((r for r, _ in results), key=rank.__getitem__)
+    return Check("partitions", worst, "; ".join(d for r, d in results if r == worst))
+
+
+def _table_partitions(
+    conn: psycopg.Connection[Any], statement: str, table: str, label: str, row_name: str
+) -> tuple[str, str]:
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(query("doctor_event_partitions")).fetchone()
+        row = cur.execute(query(statement)).fetchone()
     assert row is not None
     period = period_name(row["period"])
     ahead, default_rows = row["periods_ahead"], row["default_rows"]
     if not row["current_covered"]:
-        return Check(
-            "partitions",
+        return (
             "fail",
-            f"task_events has no partition for the current {period}: every event lands in"
+            f"{table} has no partition for the current {period}: every {row_name} lands in"
             " the default partition; is the sweeper's retention sweep running?",
         )
     problems = []
     if ahead < MIN_PERIODS_AHEAD:
         problems.append(
-            f"only {ahead} {period}(s) ahead have a partition (the retention sweep makes them)"
+            f"{label}: only {ahead} {period}(s) ahead have a partition (the retention sweep"
+            " makes them)"
         )
     if default_rows:
         problems.append(
-            f"the default partition holds {default_rows} event(s): they move, under a lock,"
-            " when their period's partition is made"
+            f"{label}' default partition holds {default_rows} {row_name}(s): they move,"
+            " under a lock, when their period's partition is made"
         )
     if problems:
-        return Check("partitions", "warn", "; ".join(problems))
-    return Check("partitions", "pass", f"{ahead} {period}(s) ahead, default partition empty")
+        return "warn", "; ".join(problems)
+    return "pass", f"{label} {ahead} {period}(s) ahead, default partition empty"
 
 
 def _xmin(conn: psycopg.Connection[Any], max_age: float) -> Check:
