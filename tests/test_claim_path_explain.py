@@ -8,7 +8,7 @@ thousand hot (QUEUED/PROCESSING) ones, then ANALYZEd. Two kinds of guard:
 - the shipped functions themselves (task_claim_many, task_promote_due, lease_rescue_expired,
   task_wake_overdue, lane_next_due) run with auto_explain logging every statement inside
   them, with its plan and row counts, as a NOTICE on the test's own connection: a claim or
-  sweep must not read tasks_cold or tasks_done, a claim must use the claim index, and
+  sweep must not read tasks_cold, tasks_done or tasks_finished, a claim must use the claim index, and
   promotion must read the slice coming due through the due index, never the whole tier.
 """
 
@@ -119,7 +119,7 @@ def test_plan_reads_only_the_hot_partition(backlog: psycopg.Connection, query: s
     assert indexes <= _hot_indexes(backlog), json.dumps(plan, indent=1)
     text = json.dumps(plan)
     assert "tasks_cold" not in text
-    assert "tasks_done" not in text
+    assert "tasks_done" not in text and "tasks_finished" not in text
 
 
 def test_claim_uses_the_claim_index(backlog: psycopg.Connection) -> None:
@@ -252,7 +252,7 @@ def _statement(plan: dict[str, Any]) -> str:
 def _assert_no_cold_or_done(plans: list[dict[str, Any]], what: str) -> None:
     for plan in plans:
         text = json.dumps(plan)
-        assert "tasks_cold" not in text and "tasks_done" not in text, (
+        assert all(t not in text for t in ("tasks_cold", "tasks_done", "tasks_finished")), (
             f"{what} touched the cold or done tier in:\n{_statement(plan)}\n"
             + json.dumps(plan["Plan"], indent=1)
         )
@@ -340,6 +340,7 @@ def test_shipped_promotion_reads_the_due_slice_not_the_cold_tier(
     moved = [n for n in nodes if n["Node Type"] == "ModifyTable"]
     assert moved and moved[0]["Actual Rows"] == 1000
     assert "tasks_done" not in json.dumps(promote[0])
+    assert "tasks_finished" not in json.dumps(promote[0])
 
 
 @pytest.mark.parametrize(
@@ -396,7 +397,7 @@ def test_queue_pending_per_tier_reads_no_cold_row(backlog: psycopg.Connection) -
         "pg_class",
         "settings",
     }, text
-    assert "tasks_cold" not in text and "tasks_done" not in text
+    assert all(t not in text for t in ("tasks_cold", "tasks_done", "tasks_finished")), text
     assert "JIT" not in plan, text  # a cheap plan: no compilation every interval
     row = backlog.execute(query("queue_pending_tiers")).fetchone()
     assert row is not None
@@ -420,27 +421,28 @@ def test_queue_overdue_pending_reads_the_due_slice_of_the_cold_tier(
     assert not [n for n in ran if n["Node Type"] == "Seq Scan"], text
 
 
-def test_queue_dead_count_reads_the_dead_index_not_the_done_tier(
+def test_queue_dead_count_reads_the_dead_lane_only(
     backlog: psycopg.Connection,
 ) -> None:
-    """With 200,000 finished tasks of which 500 are DEAD (rolled back after)."""
+    """With 200,000 finished tasks of which 500 are DEAD (rolled back after). Since sql/0025
+    the DEAD lane is a partition of its own (tasks_done), so the count reads DEAD rows only,
+    never a finished task's."""
     with pytest.raises(_Rollback), backlog.transaction():
         backlog.execute(
-            "INSERT INTO pgsched.tasks_done (task_type, next_run_at, lane, status, priority,"
+            "INSERT INTO pgsched.tasks (task_type, next_run_at, lane, status, priority,"
             " updated_at) SELECT 'done', now() - interval '1 day', 'NORMAL',"
             " CASE WHEN g % 400 = 0 THEN 'FAILED' ELSE 'COMPLETED' END::pgsched.task_status,"
             " 5, now() - g * interval '1 s' FROM generate_series(1, 200000) AS g"
         )
         backlog.execute("ANALYZE pgsched.tasks_done")
+        backlog.execute("ANALYZE pgsched.tasks_finished")
         params = {"task_type": None, "tenant_id": None, "since": None}
         plan = explain(backlog, query("dead_count"), params, analyze=True)[0]
         ran = _ran(plan)
         text = json.dumps(plan, indent=1)
-        # Either partial index that leaves COMPLETED rows out will do (their costs are close,
-        # and which one the planner takes varies between runs); the done tier's own rows not.
-        used = {n.get("Index Name") for n in ran if "Index Name" in n}
-        assert used and used <= {"tasks_done_dead_idx", "tasks_done_not_completed_idx"}, text
-        assert all(n.get("Actual Rows", 0) <= 500 for n in ran if "Index Name" in n), text
-        assert not [n for n in ran if n["Node Type"] == "Seq Scan"], text
+        read = {n.get("Relation Name") for n in ran if "Relation Name" in n}
+        assert read == {"tasks_done"}, text
+        scans = [n for n in ran if "Relation Name" in n]
+        assert all(n.get("Actual Rows", 0) <= 500 for n in scans), text
         assert backlog.execute(query("dead_count"), params).fetchone() == (500,)
         raise _Rollback
