@@ -41,7 +41,11 @@ SET LOCAL lock_timeout = '5s';
 
 LOCK TABLE pgsched.tasks IN ACCESS EXCLUSIVE MODE;
 
-ALTER TABLE pgsched.tasks DETACH PARTITION pgsched.tasks_done;
+DO $$
+BEGIN
+    ALTER TABLE pgsched.tasks DETACH PARTITION pgsched.tasks_done;
+END;
+$$;
 ALTER TABLE pgsched.tasks_done RENAME TO tasks_finished_archive;
 ALTER INDEX pgsched.tasks_done_dead_idx RENAME TO tasks_finished_archive_dead_idx;
 ALTER INDEX pgsched.tasks_done_due_idx RENAME TO tasks_finished_archive_due_idx;

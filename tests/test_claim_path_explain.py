@@ -8,8 +8,8 @@ thousand hot (QUEUED/PROCESSING) ones, then ANALYZEd. Two kinds of guard:
 - the shipped functions themselves (task_claim_many, task_promote_due, lease_rescue_expired,
   task_wake_overdue, lane_next_due) run with auto_explain logging every statement inside
   them, with its plan and row counts, as a NOTICE on the test's own connection: a claim or
-  sweep must not read tasks_cold, tasks_done or tasks_finished, a claim must use the claim index, and
-  promotion must read the slice coming due through the due index, never the whole tier.
+  sweep must not read tasks_cold, tasks_done or tasks_finished, a claim must use the claim
+  index, and promotion must read the slice coming due through the due index, never the whole tier.
 """
 
 from __future__ import annotations

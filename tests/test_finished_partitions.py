@@ -292,9 +292,7 @@ def test_a_drop_that_cannot_get_its_lock_in_time_changes_nothing_and_the_next_ru
 
     assert counts == {"finished_partitions_created": 3, "lock_timeouts": len(expired)}
     warned = sorted(
-        r.__dict__["fields"]["partition"]
-        for r in caplog.records
-        if "not dropped" in r.getMessage()
+        r.__dict__["fields"]["partition"] for r in caplog.records if "not dropped" in r.getMessage()
     )
     assert warned == expired
     assert set(expired) <= names(conn)
@@ -421,12 +419,21 @@ def test_migrating_a_populated_database_keeps_every_task_and_the_layout_works_af
         outcomes = ["COMPLETED"] * 4 + ["FAILED"] * 4
         conn.execute(
             "SELECT * FROM pgsched.task_finish_many(%s, %s, %s, as_of => %s)",
-            ([c[0] for c in claimed[:4]], [c[1] for c in claimed[:4]], outcomes[:4], now - 50 * DAY),
+            (
+                [c[0] for c in claimed[:4]],
+                [c[1] for c in claimed[:4]],
+                outcomes[:4],
+                now - 50 * DAY,
+            ),
         )
         conn.execute(
             "SELECT * FROM pgsched.task_finish_many(%s, %s, %s, as_of => %s)",
-            ([c[0] for c in claimed[4:8]], [c[1] for c in claimed[4:8]], ["COMPLETED"] * 4,
-             now + 365 * DAY),
+            (
+                [c[0] for c in claimed[4:8]],
+                [c[1] for c in claimed[4:8]],
+                ["COMPLETED"] * 4,
+                now + 365 * DAY,
+            ),
         )
         conn.execute(
             "SELECT * FROM pgsched.task_finish_many(%s, %s, %s)",
@@ -435,7 +442,7 @@ def test_migrating_a_populated_database_keeps_every_task_and_the_layout_works_af
         queued = schedule(conn, "r", run_at=now + timedelta(minutes=10))
         conn.execute("SELECT pgsched.cancel_task(%s, 'no')", (pending[0],))
         old = conn.execute("SELECT * FROM pgsched.tasks ORDER BY id").fetchall()
-        statuses = dict(
+        statuses: dict[str, int] = dict(
             conn.execute("SELECT status::text, count(*) FROM pgsched.tasks GROUP BY 1").fetchall()
         )
         assert statuses == {
@@ -451,7 +458,7 @@ def test_migrating_a_populated_database_keeps_every_task_and_the_layout_works_af
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute("SELECT * FROM pgsched.tasks ORDER BY id").fetchall() == old
-        tiers = dict(
+        tiers: dict[str, int] = dict(
             conn.execute(
                 "SELECT tableoid::regclass::text, count(*) FROM pgsched.tasks GROUP BY 1"
             ).fetchall()
@@ -480,9 +487,9 @@ def test_migrating_a_populated_database_keeps_every_task_and_the_layout_works_af
         conn.execute("SELECT pgsched.dead_discard(%s)", (dead[1],))
         conn.execute("SELECT pgsched.cancel_task(%s)", (queued,))
         assert where(conn, dead[0]) == ("QUEUED", "pgsched.tasks_hot")
-        assert where(conn, dead[1])[0] == "CANCELLED"  # type: ignore[index]
+        assert where(conn, dead[1])[0] == "CANCELLED"
         assert where(conn, dead[2]) == ("FAILED", "pgsched.tasks_done")
-        assert where(conn, queued)[0] == "CANCELLED"  # type: ignore[index]
+        assert where(conn, queued)[0] == "CANCELLED"
         assert conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (len(old),)
 
 
