@@ -1,4 +1,4 @@
-"""Retention by deleting rows (the path before sql/0024 and sql/0025) against dropping whole
+"""Retention by deleting rows (the path before sql/0024 and sql/0027) against dropping whole
 partitions (finished_partitions_maintain, partitions_maintain), in one run on one server;
 then a task's timeline read from the partitioned task_events against the same events in one
 plain table.
@@ -9,7 +9,7 @@ finished tasks and 2N in `pgsched.task_events`. Then, from one connection (its b
 read from /proc, the WAL position before and after), with `as_of` 32 days ahead so that
 every row is past 30 days' retention:
 
-    delete  the tasks deleted 10,000 a statement as retention_prune did before 0025 (the
+    delete  the tasks deleted 10,000 a statement as retention_prune did before 0027 (the
             delete phase's tasks finish now, into the rows tasks_finished's archive holds,
             with the indexes tasks_done had), and the events of tasks that are gone deleted
             10,000 a statement as 0010's retention_prune did, until nothing is left
@@ -28,7 +28,7 @@ every row is past 30 days' retention:
             buffers touched per read from EXPLAIN (ANALYZE, BUFFERS)
 
     by id   N COMPLETED tasks spread over 30 daily periods of tasks_finished, and the same
-            rows in a plain table with the indexes tasks_done had before 0025; a task read
+            rows in a plain table with the indexes tasks_done had before 0027; a task read
             by id from each, measured as the timeline is
 
     claims  the backend CPU of claiming and completing 500 tasks at a time (two events
@@ -57,7 +57,7 @@ DEAD_SHARE = 0.01
 CHUNK = 10_000
 AHEAD = "now() + interval '32 days'"
 PRUNE_TASKS = f"SELECT tasks FROM pgsched.retention_prune('30 days', {CHUNK}, {AHEAD})"
-# The tasks half of retention_prune before 0025 (sql/0024), as it ran there.
+# The tasks half of retention_prune before 0027 (sql/0024), as it ran there.
 DELETE_TASKS = f"""
 WITH old AS (
     SELECT tk.id, tk.status, tk.updated_at FROM pgsched.tasks AS tk
@@ -356,7 +356,7 @@ TASK_BY_ID = "SELECT * FROM {table} AS t WHERE t.id = %s"
 def task_by_id(conn: psycopg.Connection[Any], n: int, reads: int) -> dict[str, Any]:
     """A finished task read by id: tasks_finished (30 daily periods holding the rows, plus
     the periods ahead, the archive and the default partition) against the same rows in one
-    plain table with the indexes tasks_done had before 0025. The probes of tasks_cold,
+    plain table with the indexes tasks_done had before 0027. The probes of tasks_cold,
     tasks_hot and tasks_done, which a read of pgsched.tasks by id adds to both, are left
     out."""
     base = 20_000_000

@@ -12,7 +12,7 @@ The dump is pg_dump's `--schema-only --schema=pgsched --no-owner`, normalized to
 across runs and servers: pg_dump's version lines, session SETs and the per-run `\\restrict`
 key are dropped, and so are the dated partitions and archives of task_events and of
 tasks_finished, whose bounds depend on the day the migration ran (`partitions_maintain` and
-`finished_partitions_maintain` make them; sql/0024, sql/0025). Grants
+`finished_partitions_maintain` make them; sql/0024, sql/0027). Grants
 are kept: which role may call what is part of the schema (the roles themselves are
 cluster-wide and created by the tenancy migration).
 """

@@ -69,7 +69,7 @@ def test_a_short_soak_writes_its_table_json_and_plot(tmp_path: Path, db_dsn: str
     after_period = document["end_of_period"]
     assert after_period["counts"]["partitions_dropped"] >= 1
     assert after_period["after"]["events_mib"] < after_period["before"]["events_mib"]
-    # The finished tasks go with their partitions too (sql/0025), not by row.
+    # The finished tasks go with their partitions too (sql/0027), not by row.
     assert after_period["counts"]["finished_partitions_dropped"] >= 1
     assert after_period["after"]["done_mib"] < after_period["before"]["done_mib"]
     assert set(document["flatness"]) == {series.name for series in SERIES}

@@ -424,7 +424,7 @@ def test_queue_overdue_pending_reads_the_due_slice_of_the_cold_tier(
 def test_queue_dead_count_reads_the_dead_lane_only(
     backlog: psycopg.Connection,
 ) -> None:
-    """With 200,000 finished tasks of which 500 are DEAD (rolled back after). Since sql/0025
+    """With 200,000 finished tasks of which 500 are DEAD (rolled back after). Since sql/0027
     the DEAD lane is a partition of its own (tasks_done), so the count reads DEAD rows only,
     never a finished task's."""
     with pytest.raises(_Rollback), backlog.transaction():

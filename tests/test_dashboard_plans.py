@@ -2,9 +2,9 @@
 
 200,000 cold (PENDING) tasks, 100,000 done two days ago, a few hundred recent, running and
 DEAD ones, a few cancelled and a few keyed, ANALYZEd. No page statement may read tasks_cold
-or a partition of tasks_finished (COMPLETED and CANCELLED, sql/0025) sequentially: the cold
+or a partition of tasks_finished (COMPLETED and CANCELLED, sql/0027) sequentially: the cold
 tier is where millions of future tasks live, the finished tier grows with history. The DEAD
-lane (tasks_done, FAILED only since sql/0025) holds a few hundred rows here, and a scan of
+lane (tasks_done, FAILED only since sql/0027) holds a few hundred rows here, and a scan of
 it reads DEAD rows only.
 
 Every task search (each filter alone and in combinations, with values each tier has many,

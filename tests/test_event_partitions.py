@@ -295,7 +295,7 @@ def test_the_retention_sweep_runs_the_maintenance_after_pruning(
     done = schedule(conn, "r")
     finish(conn, done, "COMPLETED")
     counts = RetentionSweep(keep=timedelta(days=30)).run_once(conn, now + timedelta(days=40))
-    # The finished task went with its partition of tasks_finished (sql/0025), not by row.
+    # The finished task went with its partition of tasks_finished (sql/0027), not by row.
     assert counts["tasks"] == 0 and counts["finished_partitions_dropped"] >= 1
     assert conn.execute("SELECT count(*) FROM pgsched.tasks WHERE id = %s", (done,)).fetchone() == (
         0,

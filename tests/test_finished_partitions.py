@@ -1,4 +1,4 @@
-"""Finished tasks by time partition (sql/0025): COMPLETED and CANCELLED rows live in
+"""Finished tasks by time partition (sql/0027): COMPLETED and CANCELLED rows live in
 tasks_finished, partitioned by updated_at; its periods are made ahead and dropped whole with
 their rows, FAILED rows (the DEAD lane, tasks_done) are kept whatever their age, live tasks
 are never touched, the lock wait is bounded, bad arguments are refused, a populated database
@@ -402,7 +402,7 @@ def test_migrating_a_populated_database_keeps_every_task_and_the_layout_works_af
     new_database: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dsn = new_database()
-    before_split = [m for m in migrations() if m.version < 25]
+    before_split = [m for m in migrations() if m.version < 27]
     monkeypatch.setattr(migrations_module, "migrations", lambda: before_split)
     migrate(dsn)
     monkeypatch.undo()

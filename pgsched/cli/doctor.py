@@ -227,7 +227,7 @@ def period_name(period: timedelta) -> str:
 
 
 def _partitions(conn: psycopg.Connection[Any]) -> Check:
-    """task_events' partitions (sql/0024) and finished tasks' (tasks_finished, sql/0025):
+    """task_events' partitions (sql/0024) and finished tasks' (tasks_finished, sql/0027):
     the worst of the two, with both findings."""
     results = [
         _table_partitions(conn, "doctor_event_partitions", "task_events", "task_events", "event"),

@@ -1,4 +1,4 @@
--- 0025 — COMPLETED and CANCELLED tasks are partitioned by time; retention drops whole
+-- 0027 — COMPLETED and CANCELLED tasks are partitioned by time; retention drops whole
 -- periods of them instead of deleting rows, as 0024 does for task_events
 -- (docs/retention.md has the measurements).
 --
