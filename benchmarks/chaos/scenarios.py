@@ -431,7 +431,8 @@ def _mixed_work(n: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
 
 def _sample(s: Scenario) -> dict[str, float]:
     """Cumulative counters: claims (calls, ms) from pg_stat_user_functions, tasks_hot's dead
-    tuples, rows moved into tasks_done (completions and failures)."""
+    tuples, rows moved into tasks_done (failures) and into tasks_finished's partitions
+    (completions, sql/0027)."""
     s.execute("SELECT pg_stat_clear_snapshot()")
     row = s.execute(
         "SELECT"
@@ -441,8 +442,9 @@ def _sample(s: Scenario) -> dict[str, float]:
         "   WHERE schemaname = 'pgsched' AND funcname = 'task_claim_many'),"
         " (SELECT n_dead_tup FROM pg_stat_user_tables"
         "   WHERE schemaname = 'pgsched' AND relname = 'tasks_hot'),"
-        " (SELECT n_tup_ins FROM pg_stat_user_tables"
-        "   WHERE schemaname = 'pgsched' AND relname = 'tasks_done')"
+        " (SELECT sum(n_tup_ins) FROM pg_stat_user_tables"
+        "   WHERE schemaname = 'pgsched'"
+        "     AND (relname = 'tasks_done' OR relname LIKE 'tasks\\_finished\\_%'))"
     ).fetchone()
     return {
         "claims": float(row[0]),
