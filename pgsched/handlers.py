@@ -80,6 +80,9 @@ class CancelFlag:
         self.work_done = False
         # The worker cancelled the task's asyncio task (an async step was running).
         self.task_cancelled = False
+        # The runner began: until then a request is only noted, and the runner ends the
+        # task CANCELLED without calling its handler.
+        self.started = False
         self.ending = "the handler stopped"
 
     def set(self) -> None:

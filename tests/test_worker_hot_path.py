@@ -20,9 +20,11 @@ from psycopg import sql
 
 from pgsched.handlers import CancelFlag, HandlerRegistry, TaskContext, TaskHandler, TaskRow
 from pgsched.queries import query
+from pgsched.worker.cancels import CancelRequests
 from pgsched.worker.claims import TASK_FIELDS, _claimed_rows, claim_many, task_row
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.outcomes import Outcome, finish_params
+from pgsched.worker.runner import ConnectionSource, TaskRunner
 
 
 def scheduled(conn: psycopg.Connection, n: int) -> list[int]:
@@ -244,3 +246,47 @@ def test_a_claim_missing_a_column_says_which(conn: psycopg.Connection, db_dsn: s
     columns = ", ".join(f for f in TASK_FIELDS if f != "lease_token")
     with pytest.raises(LookupError, match="no column lease_token"):
         claimed_through(db_dsn, columns)
+
+
+def test_a_cancel_landing_before_the_task_starts_ends_it_cancelled(
+    conn: psycopg.Connection, db_dsn: str
+) -> None:
+    """A cancel request (its notification, or the heartbeat's check) handled in the loop
+    iteration between a claim starting a task and the task's first step: the task must
+    still end in an outcome. Cancelling its asyncio task then would stop the coroutine
+    before its first line: no outcome, and the lease renewed for good."""
+    (task_id,) = scheduled(conn, 1)
+    (task,) = claimed(db_dsn, 1)
+    # Asked to stop while PROCESSING: what the worker hears of by notification.
+    conn.execute("SELECT pgsched.cancel_task(%s, 'stop it')", (task_id,))
+    calls: list[int] = []
+
+    async def handler(ctx: TaskContext) -> None:
+        calls.append(ctx.task.id)
+
+    registry = HandlerRegistry()
+    registry.register("hot_path", handler)
+    recorded: list[Outcome] = []
+
+    async def go() -> None:
+        runner = TaskRunner(
+            "w-test",
+            registry.get,
+            record=recorded.append,
+            written=lambda task_id: None,
+            connections=ConnectionSource(None, None),
+            record_done=lambda task_id, token: asyncio.sleep(0, True),
+        )
+        cancels = CancelRequests(1.0)
+        flag = cancels.track(task.id)
+        handle = asyncio.get_running_loop().create_task(runner.run(task, flag))
+        cancels.request(task, handle)  # before the task's first step
+        await asyncio.gather(handle, return_exceptions=True)
+
+    asyncio.run(go())
+    assert calls == []  # asked to stop before it began: the handler is not called
+    assert [(o.task_id, o.outcome) for o in recorded] == [(task_id, "CANCELLED")]
+    rows = conn.execute(query("task_finish_many"), finish_params(recorded)).fetchall()
+    assert rows == [(task_id, True)]
+    status = conn.execute("SELECT status FROM pgsched.tasks WHERE id = %s", (task_id,))
+    assert status.fetchone() == ("CANCELLED",)

@@ -60,6 +60,17 @@ class CancelRequests:
         if task.scope != "tenant":
             return  # a fan-out parent: task_fan_out stops it under its own lock
         flag.set()
+        if not flag.started:
+            # Started by its claim, not yet run: cancelling its asyncio task now would stop
+            # the coroutine before its first line, with no outcome (and the lease renewed
+            # for good). The runner sees the flag instead and records CANCELLED.
+            log.warning(
+                "%s: cancel requested before its handler started",
+                describe_task(task),
+                extra=task_fields(task, outcome="cancel_requested"),
+            )
+            flag.ending = "cancelled before its handler started"
+            return
         if flag.work_done:
             log.info(
                 "%s: cancel requested after its handler finished; it completes",

@@ -208,6 +208,17 @@ class TaskRunner:
         running_task.set(task)
         attempt_started.set(time.monotonic())
         cancel = cancel if cancel is not None else CancelFlag()
+        cancel.started = True
+        if cancel.is_set():
+            # Asked to stop between its claim and this first step.
+            log.warning(
+                "%s: cancelled: %s",
+                describe_task(task),
+                cancel.ending,
+                extra=task_fields(task, outcome="cancelled"),
+            )
+            self._record(Outcome(task.id, task.lease_token, "CANCELLED", cancel.ending))
+            return
         try:
             await self._run(task, cancel)
         except asyncio.CancelledError:
