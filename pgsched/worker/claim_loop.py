@@ -97,6 +97,7 @@ class LaneLoop:
         self.debounce = debounce
         self.claim_interval = claim_interval
         self._notified_at = -debounce
+        self._hold_until = 0.0
         self._limiter = RateLimiter(settings.rate) if settings.rate else None
         self.in_flight = 0
         self._short_claims = 0
@@ -112,6 +113,13 @@ class LaneLoop:
     def capacity_changed(self) -> None:
         """A stuck handler thread came back: the lane may claim again."""
         self._slot_freed.set()
+
+    def hold_claims(self, seconds: float) -> None:
+        """Claim nothing for `seconds`: this worker has just given a task back because it
+        cannot run it (no connection slot), and the NOTIFY of that release reaches every
+        worker at once; claiming at once, this worker would win the race for the task it
+        cannot run, again and again, while one that can run it waits."""
+        self._hold_until = max(self._hold_until, time.monotonic() + seconds)
 
     async def run(self) -> None:
         while True:
@@ -134,6 +142,9 @@ class LaneLoop:
                     await asyncio.sleep(self._limiter.wait_time())
                     continue
                 want = min(want, allowed)
+            if self._hold_until > time.monotonic():
+                await self._sleep_until(self._hold_until)
+                continue
             # Cleared before claiming: a NOTIFY that lands during the claim is kept.
             self.wakeup.clear()
             self.claims += 1

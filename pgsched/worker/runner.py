@@ -192,8 +192,10 @@ class TaskRunner:
         record_done: Callable[[int, Any], Awaitable[bool]],
         dsn: str | None = None,
         executor: Executor | None = None,
+        released_for_slots: Callable[[], None] | None = None,
     ) -> None:
         self._executor = executor
+        self._released_for_slots = released_for_slots
         self._record_done = record_done
         self._dsn = dsn
         self._worker_id = worker_id
@@ -291,6 +293,8 @@ class TaskRunner:
             # Not run: the attempt is given back and the task is due at once for any worker.
             reason = "released: no connection for its transaction (connection slots short)"
             self._record(Outcome(task.id, task.lease_token, "RELEASED", reason))
+            if self._released_for_slots is not None:
+                self._released_for_slots()
             return
         except Exception as exc:
             log.warning(

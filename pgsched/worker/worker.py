@@ -42,7 +42,7 @@ from pgsched.worker.gc_tuning import tune_gc_for_throughput
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
-from pgsched.worker.runner import ConnectionSource, TaskRunner
+from pgsched.worker.runner import NEVER_CONNECTED_WAIT_SECONDS, ConnectionSource, TaskRunner
 from pgsched.worker.stall import LoopStallWatchdog
 from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 from pgsched.worker.threads import LaneThreadPool, describe_task
@@ -251,6 +251,7 @@ class Worker:
                 record_done=ledger.record_done,
                 dsn=self.dsn,
                 executor=self._thread_pools[lane],
+                released_for_slots=partial(self._hold_lane_claims, lane),
             )
             for lane in lanes
         }
@@ -530,6 +531,13 @@ class Worker:
                 EXIT_STUCK_THREADS,
             )
             self.request_stop()
+
+    def _hold_lane_claims(self, lane: Lane) -> None:
+        """A task of `lane` was given back for want of a connection slot: let the other
+        workers, woken by its release, take it before this one claims again."""
+        lane_loop = self._lane_loops.get(lane.value)
+        if lane_loop is not None:
+            lane_loop.hold_claims(NEVER_CONNECTED_WAIT_SECONDS)
 
     def _on_thread_returned(self, pool: LaneThreadPool, task: TaskRow | None) -> None:
         log.info(
