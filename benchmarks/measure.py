@@ -654,15 +654,20 @@ def clear_worked_tasks(dsn: str) -> None:
     whose worker was killed) are truncated away with the rest of the hot tier. Then fresh
     statistics and a checkpoint, so no run inherits another's debt."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE pgsched.tasks_hot, pgsched.tasks_done, pgsched.task_events")
+        conn.execute(
+            "TRUNCATE pgsched.tasks_hot, pgsched.tasks_done, pgsched.tasks_finished,"
+            " pgsched.task_events"
+        )
         conn.execute("VACUUM ANALYZE pgsched.tasks_hot")
         conn.execute("ANALYZE pgsched.tasks_done")
+        conn.execute("ANALYZE pgsched.tasks_finished")
         conn.execute("ANALYZE pgsched.task_events")
         conn.execute("CHECKPOINT")
 
 
 def completed(conn: psycopg.Connection[Any]) -> int:
-    return int(one(conn, "SELECT count(*) FROM pgsched.tasks_done WHERE status = 'COMPLETED'"))
+    # COMPLETED rows live in tasks_finished's partitions (sql/0027): the status prunes to them.
+    return int(one(conn, "SELECT count(*) FROM pgsched.tasks WHERE status = 'COMPLETED'"))
 
 
 class Drained:
@@ -879,9 +884,7 @@ def verify_events(conn: psycopg.Connection[Any], n: int) -> dict[str, Any]:
         ) AS odd
         """
     ).fetchone()
-    done = conn.execute(
-        "SELECT count(*) FROM pgsched.tasks_done WHERE status = 'COMPLETED'"
-    ).fetchone()
+    done = conn.execute("SELECT count(*) FROM pgsched.tasks WHERE status = 'COMPLETED'").fetchone()
     left = conn.execute("SELECT count(*) FROM pgsched.tasks_hot").fetchone()
     result = {
         "events": total,

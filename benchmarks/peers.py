@@ -20,7 +20,7 @@ What each writes per job (both do keep a log, unlike what one might assume):
                  scheduled_at is set); every fetch and every finish is its own transaction.
   PGQueuer       the job row (deleted when done) and pgqueuer_log rows: queued, picked,
                  successful; completions are buffered and written in batches.
-  pgsched        the task row (moved to tasks_done), two task_events rows (QUEUED->PROCESSING,
+  pgsched        the task row (moved to tasks_finished), two task_events rows (QUEUED->PROCESSING,
                  PROCESSING->COMPLETED) with worker, attempt and due time; claims and
                  completions in batches.
 
