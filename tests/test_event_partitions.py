@@ -6,29 +6,23 @@ SQL API is called as plain SQL, the sweep as the sweeper runs it."""
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import re
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from worker_helpers import schedule
+from worker_helpers import doctor_checks, schedule
 
 from pgsched import migrations as migrations_module
 from pgsched.migrations import migrate
 from pgsched.sql_files import migrations
 from pgsched.sweeps import RetentionSweep
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PGSCHED = str(Path(sys.executable).with_name("pgsched"))
 DAY = timedelta(days=1)
 
 
@@ -443,17 +437,8 @@ def test_migrating_a_populated_database_keeps_every_event_and_continues_the_ids(
 
 
 def doctor_partitions(env: dict[str, str]) -> tuple[int, dict[str, str]]:
-    done = subprocess.run(
-        [PGSCHED, "doctor", "--json"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    report = json.loads(done.stdout)
-    checks = {c["name"]: c for c in report["checks"]}
-    return done.returncode, checks["partitions"]
+    code, checks = doctor_checks(env)
+    return code, checks["partitions"]
 
 
 def test_doctor_passes_warns_on_default_rows_and_fails_without_a_current_partition(

@@ -8,27 +8,21 @@ API is called as plain SQL, the sweep as the sweeper runs it."""
 from __future__ import annotations
 
 import itertools
-import json
 import logging
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from worker_helpers import schedule
+from worker_helpers import doctor_checks, schedule
 
 from pgsched import migrations as migrations_module
 from pgsched.migrations import migrate
 from pgsched.sql_files import migrations
 from pgsched.sweeps import RetentionSweep
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PGSCHED = str(Path(sys.executable).with_name("pgsched"))
 DAY = timedelta(days=1)
 
 
@@ -497,17 +491,8 @@ def test_migrating_a_populated_database_keeps_every_task_and_the_layout_works_af
 
 
 def doctor_partitions(env: dict[str, str]) -> tuple[int, dict[str, str]]:
-    done = subprocess.run(
-        [PGSCHED, "doctor", "--json"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    report = json.loads(done.stdout)
-    checks = {c["name"]: c for c in report["checks"]}
-    return done.returncode, checks["partitions"]
+    code, checks = doctor_checks(env)
+    return code, checks["partitions"]
 
 
 def test_doctor_watches_the_finished_tasks_partitions(

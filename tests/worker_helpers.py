@@ -10,6 +10,7 @@ to the message of a `wait_until` that timed out.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -224,6 +225,13 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def doctor_checks(env: dict[str, str]) -> tuple[int, dict[str, dict[str, str]]]:
+    """Run `pgsched doctor --json`; returns its exit code and its checks by name."""
+    done = run_cli(env, "doctor", "--json", timeout=120)
+    report = json.loads(done.stdout)
+    return done.returncode, {c["name"]: c for c in report["checks"]}
 
 
 def run_cli_together(
