@@ -2164,6 +2164,7 @@ CREATE FUNCTION pgsched.task_claim_many(lane pgsched.task_lane, max_tasks intege
     SET enable_seqscan TO 'true'
     SET enable_bitmapscan TO 'true'
     SET enable_nestloop TO 'true'
+    SET enable_sort TO 'true'
     AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
@@ -2190,6 +2191,9 @@ BEGIN
 
     IF NOT fair AND NOT limited THEN
         -- The lane's order, as 0004 claimed: one range per priority, read lazily.
+        -- In index order, whatever the statistics (see the top of this file).
+        PERFORM set_config('enable_sort', 'off', TRUE), set_config('enable_seqscan', 'off', TRUE),
+                set_config('enable_bitmapscan', 'off', TRUE);
         SELECT coalesce(array_agg(c.id), '{}')
           INTO admitted
           FROM (
@@ -2219,6 +2223,11 @@ BEGIN
               INTO blocked_types, blocked_tenants, room_tenants, room_left
               FROM pgsched.limit_room(task_claim_many.max_tasks, t) AS r;
         END IF;
+
+        -- The candidates are read in index order, whatever the statistics (see the top of
+        -- this file): no sort, no sequential or bitmap scan of the tier, until they are locked.
+        PERFORM set_config('enable_sort', 'off', TRUE), set_config('enable_seqscan', 'off', TRUE),
+                set_config('enable_bitmapscan', 'off', TRUE);
 
         -- 2. The candidates, locked.
         IF fair THEN
@@ -2330,6 +2339,9 @@ BEGIN
             ) AS c;
         END IF;
 
+        -- Admission below sorts small arrays and reads the limits table: planned freely.
+        PERFORM set_config('enable_sort', 'on', TRUE), set_config('enable_seqscan', 'on', TRUE),
+                set_config('enable_bitmapscan', 'on', TRUE);
         IF limited AND cardinality(c_id) > 0 THEN
             -- 3. Serialize with every claim touching the same limited keys; then their room.
             PERFORM 1
@@ -2373,7 +2385,8 @@ BEGIN
     -- 5. Mark them claimed: a primary-key descent per id (see the top of this file),
     -- returned in the order admitted (the batch's round-robin), matched up by hashing.
     PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
-            set_config('enable_hashjoin', 'on', TRUE), set_config('enable_nestloop', 'off', TRUE);
+            set_config('enable_hashjoin', 'on', TRUE), set_config('enable_nestloop', 'off', TRUE),
+            set_config('enable_sort', 'on', TRUE);
     RETURN QUERY
     WITH claimed AS (
         UPDATE pgsched.tasks AS tk
