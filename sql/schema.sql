@@ -2186,6 +2186,8 @@ DECLARE
     c_tenant text[] := '{}';
     admitted bigint[];
 BEGIN
+    -- Planned once per connection (see the top of this file).
+    PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
     SELECT NOT (task_claim_many.lane = ANY (s.fairness_off_lanes)) INTO fair FROM pgsched.settings AS s;
     limited := EXISTS (SELECT 1 FROM pgsched.task_limits);
 
@@ -2216,12 +2218,15 @@ BEGIN
         IF limited THEN
             -- 1. Keys with no room now are skipped by the scans below (read without locks).
             -- A tenant's room also caps its share (what it cannot take goes to the others).
+            -- Planned for the limits there are, each call (sql/0017).
+            PERFORM set_config('plan_cache_mode', 'force_custom_plan', TRUE);
             SELECT coalesce(array_agg(r.key) FILTER (WHERE r.scope = 'task_type' AND r.room <= 0), '{}'),
                    coalesce(array_agg(r.key) FILTER (WHERE r.scope = 'tenant' AND r.room <= 0), '{}'),
                    coalesce(array_agg(r.key) FILTER (WHERE r.scope = 'tenant' AND r.room > 0), '{}'),
                    coalesce(array_agg(r.room) FILTER (WHERE r.scope = 'tenant' AND r.room > 0), '{}')
               INTO blocked_types, blocked_tenants, room_tenants, room_left
               FROM pgsched.limit_room(task_claim_many.max_tasks, t) AS r;
+            PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
         END IF;
 
         -- The candidates are read in index order, whatever the statistics (see the top of
@@ -2339,9 +2344,11 @@ BEGIN
             ) AS c;
         END IF;
 
-        -- Admission below sorts small arrays and reads the limits table: planned freely.
+        -- Admission below sorts small arrays and reads the limits table: planned freely,
+        -- each call.
         PERFORM set_config('enable_sort', 'on', TRUE), set_config('enable_seqscan', 'on', TRUE),
-                set_config('enable_bitmapscan', 'on', TRUE);
+                set_config('enable_bitmapscan', 'on', TRUE),
+                set_config('plan_cache_mode', 'force_custom_plan', TRUE);
         IF limited AND cardinality(c_id) > 0 THEN
             -- 3. Serialize with every claim touching the same limited keys; then their room.
             PERFORM 1
@@ -2386,7 +2393,7 @@ BEGIN
     -- returned in the order admitted (the batch's round-robin), matched up by hashing.
     PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
             set_config('enable_hashjoin', 'on', TRUE), set_config('enable_nestloop', 'off', TRUE),
-            set_config('enable_sort', 'on', TRUE);
+            set_config('enable_sort', 'on', TRUE), set_config('plan_cache_mode', 'force_generic_plan', TRUE);
     RETURN QUERY
     WITH claimed AS (
         UPDATE pgsched.tasks AS tk
