@@ -172,8 +172,12 @@ def python_parts(raw: Path, cpu_us_per_task: float) -> dict[str, float]:
     return {p: round(c / total * cpu_us_per_task, 1) for p, c in parts.most_common()}
 
 
+def py_spy_exe() -> Path:
+    return Path(sys.executable).with_name("py-spy")
+
+
 def start_py_spy(pid: int) -> tuple[subprocess.Popen[bytes], Path]:
-    exe = Path(sys.executable).with_name("py-spy")
+    exe = py_spy_exe()
     out = Path(tempfile.mkstemp(prefix="pyspy-", suffix=".txt")[1])
     argv = [str(exe), "record", "--pid", str(pid), "--rate", str(PY_SPY_RATE)]
     argv += ["--format", "raw", "--nonblocking", "--output", str(out)]
@@ -307,6 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dsn", default=None, help="a server preloading pg_stat_statements")
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "profile.json")
     args = parser.parse_args(argv)
+    if args.py_spy and not py_spy_exe().exists():
+        # Refused before a server starts: found missing, it would end the run half way.
+        parser.error(f"--py-spy: {py_spy_exe()} not found; pip install -e '.[bench]' installs it")
     flags = shlex.split(args.worker_flags)
     modes = ["backlog", "steady"] if args.mode == "both" else [args.mode]
     server = None
