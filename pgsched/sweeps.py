@@ -236,33 +236,21 @@ class RetentionSweep:
         """Make tasks_finished partitions ahead and drop expired ones, with their COMPLETED
         and CANCELLED rows; counts only what happened (finished_partitions_created,
         finished_partitions_dropped, lock_timeouts)."""
-        with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(
-                query("finished_partitions_maintain"),
-                {
-                    "ahead": self.partitions_ahead,
-                    "keep": self.keep,
-                    "now": now,
-                    "lock_wait": self.lock_wait,
-                },
-            ).fetchall()
-        counts: dict[str, int] = {}
-        for row in rows:
-            action = row["action"]
-            if action in ("created", "dropped"):
-                key = f"finished_partitions_{action}"
-            else:
-                key = "lock_timeouts"
-                self._lock_timeout(row["partition_name"], action)
-            counts[key] = counts.get(key, 0) + 1
-        return counts
+        return self._maintain(conn, now, "finished_partitions_maintain", "finished_partitions")
 
     def maintain_partitions(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         """Make task_events partitions ahead and drop expired ones; counts only what
         happened (partitions_created, partitions_dropped, events_archived, lock_timeouts)."""
-        with conn.cursor(row_factory=dict_row) as cur:
+        return self._maintain(conn, now, "partitions_maintain", "partitions")
+
+    def _maintain(
+        self, conn: psycopg.Connection[Any], now: datetime, statement: str, counter: str
+    ) -> dict[str, int]:
+        """One table's maintenance (both share sql/0030's body, so their rows read alike):
+        counted as `<counter>_created`, `<counter>_dropped`, lock_timeouts."""
+        with conn.cursor() as cur:
             rows = cur.execute(
-                query("partitions_maintain"),
+                query(statement),
                 {
                     "ahead": self.partitions_ahead,
                     "keep": self.keep,
@@ -271,18 +259,15 @@ class RetentionSweep:
                 },
             ).fetchall()
         counts: dict[str, int] = {}
-        for row in rows:
-            action = row["action"]
-            if action == "created":
-                key = "partitions_created"
-            elif action == "dropped":
-                key = "partitions_dropped"
-            elif action == "archived":
-                counts["events_archived"] = int(row["event_rows"])
+        for partition, action, n_rows in rows:
+            if action in ("created", "dropped"):
+                key = f"{counter}_{action}"
+            elif action == "archived":  # task_events alone keeps an archive of live history
+                counts["events_archived"] = int(n_rows)
                 continue
             else:  # not_created / not_dropped: the lock was not granted in time
                 key = "lock_timeouts"
-                self._lock_timeout(row["partition_name"], action)
+                self._lock_timeout(partition, action)
             counts[key] = counts.get(key, 0) + 1
         return counts
 

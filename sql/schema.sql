@@ -608,94 +608,14 @@ $_$;
 --
 
 CREATE FUNCTION pgsched.finished_partitions_maintain(ahead integer DEFAULT 3, keep interval DEFAULT '30 days'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, lock_wait interval DEFAULT '00:00:01'::interval) RETURNS TABLE(partition_name text, action text, task_rows bigint)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "TimeZone" TO 'UTC'
     AS $$
-DECLARE
-    t timestamptz := coalesce(as_of, now());
-    period interval;
-    cutoff timestamptz;
-    horizon timestamptz;
-    top timestamptz;
-    lo timestamptz;
-    hi timestamptz;
-    part text;
-    expired text[];
-    n bigint;
-    saved_lock_timeout text := current_setting('lock_timeout');
-BEGIN
-    IF ahead IS NULL OR ahead < 1 OR ahead > 366 THEN
-        RAISE EXCEPTION 'pgsched: finished_partitions_maintain: ahead must be between 1 and 366 periods, not %', ahead
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF keep IS NULL OR keep <= INTERVAL '0' THEN
-        RAISE EXCEPTION 'pgsched: finished_partitions_maintain: keep must be above 0, not %', keep
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF lock_wait IS NULL OR lock_wait <= INTERVAL '0' OR lock_wait > INTERVAL '1 minute' THEN
-        RAISE EXCEPTION 'pgsched: finished_partitions_maintain: lock_wait must be above 0 and at most 1 minute, not %', lock_wait
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('pgsched.finished_partitions_maintain'));
-    SELECT s.event_partition_period INTO period FROM pgsched.settings AS s;
-    cutoff := t - keep;
-    horizon := pgsched.event_period_start(t, period) + (ahead + 1) * period;
-    PERFORM set_config('lock_timeout', (extract(EPOCH FROM lock_wait) * 1000)::bigint::text, TRUE);
-
-    -- Ahead, continuing from the newest partition (as partitions_maintain does).
-    SELECT max(p.upper_bound) INTO top FROM pgsched.finished_partitions() AS p WHERE NOT p.is_default;
-    top := coalesce(top, pgsched.event_period_start(t, period));
-    WHILE top < horizon LOOP
-        lo := top;
-        hi := pgsched.event_period_start(lo, period) + period;
-        part := 'tasks_finished_p' || to_char(lo, 'YYYYMMDD')
-                || CASE WHEN lo <> date_trunc('day', lo) THEN to_char(lo, '_HH24MISS') ELSE '' END;
-        BEGIN
-            -- Made apart and attached: attaching takes no ACCESS EXCLUSIVE lock on
-            -- tasks_finished, only on the default partition, whose rows of this period move
-            -- in. The CHECK constraints of tasks come along: a partition must have them.
-            EXECUTE format('CREATE TABLE pgsched.%I (LIKE pgsched.tasks_finished INCLUDING CONSTRAINTS)', part);
-            EXECUTE format(
-                'WITH moved AS (DELETE FROM pgsched.tasks_finished_default AS d'
-                ' WHERE d.updated_at >= %L AND d.updated_at < %L RETURNING d.*)'
-                ' INSERT INTO pgsched.%I SELECT * FROM moved', lo, hi, part);
-            GET DIAGNOSTICS n = ROW_COUNT;
-            EXECUTE format(
-                'ALTER TABLE pgsched.tasks_finished ATTACH PARTITION pgsched.%I FOR VALUES FROM (%L) TO (%L)',
-                part, lo, hi);
-        EXCEPTION WHEN lock_not_available THEN
-            RETURN QUERY SELECT part, 'not_created'::text, NULL::bigint;
-            EXIT;
-        END;
-        RETURN QUERY SELECT part, 'created'::text, n;
-        top := hi;
-    END LOOP;
-
-    -- Expired: partitions every row of which is older than the cutoff, the archive
-    -- included. FAILED rows are in tasks_done, never here. Dropped under an ACCESS
-    -- EXCLUSIVE lock on tasks_finished (a completion's insert waits for it, at most
-    -- lock_wait), for catalog changes only: nothing is read or copied.
-    SELECT array_agg(p.partition_name ORDER BY p.upper_bound)
-      INTO expired
-      FROM pgsched.finished_partitions() AS p
-     WHERE NOT p.is_default AND p.upper_bound <= cutoff;
-    IF expired IS NOT NULL THEN
-        BEGIN
-            LOCK TABLE pgsched.tasks_finished IN ACCESS EXCLUSIVE MODE;
-            FOREACH part IN ARRAY expired LOOP
-                EXECUTE format('DROP TABLE pgsched.%I', part);
-            END LOOP;
-        EXCEPTION WHEN lock_not_available THEN
-            RETURN QUERY SELECT x, 'not_dropped'::text, NULL::bigint FROM unnest(expired) AS x;
-            expired := NULL;
-        END;
-        IF expired IS NOT NULL THEN
-            RETURN QUERY SELECT x, 'dropped'::text, NULL::bigint FROM unnest(expired) AS x;
-        END IF;
-    END IF;
-    PERFORM set_config('lock_timeout', saved_lock_timeout, TRUE);
-END;
+    -- FAILED rows are in tasks_done, never here: the archive expires whole, as a period does.
+    SELECT * FROM pgsched.time_partitions_maintain(
+        'finished_partitions_maintain', 'pgsched.tasks_finished', 'pgsched.finished_partitions', NULL,
+        ahead, keep, as_of, lock_wait)
 $$;
 
 --
@@ -1130,130 +1050,16 @@ $$;
 --
 
 CREATE FUNCTION pgsched.partitions_maintain(ahead integer DEFAULT 3, keep interval DEFAULT '30 days'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, lock_wait interval DEFAULT '00:00:01'::interval) RETURNS TABLE(partition_name text, action text, event_rows bigint)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "TimeZone" TO 'UTC'
     AS $$
-DECLARE
-    t timestamptz := coalesce(as_of, now());
-    period interval;
-    cutoff timestamptz;
-    horizon timestamptz;
-    top timestamptz;
-    lo timestamptz;
-    hi timestamptz;
-    part text;
-    expired text[];
-    new_upper timestamptz;
-    n bigint;
-    saved_lock_timeout text := current_setting('lock_timeout');
-BEGIN
-    IF ahead IS NULL OR ahead < 1 OR ahead > 366 THEN
-        RAISE EXCEPTION 'pgsched: partitions_maintain: ahead must be between 1 and 366 periods, not %', ahead
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF keep IS NULL OR keep <= INTERVAL '0' THEN
-        RAISE EXCEPTION 'pgsched: partitions_maintain: keep must be above 0, not %', keep
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF lock_wait IS NULL OR lock_wait <= INTERVAL '0' OR lock_wait > INTERVAL '1 minute' THEN
-        RAISE EXCEPTION 'pgsched: partitions_maintain: lock_wait must be above 0 and at most 1 minute, not %', lock_wait
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    -- One maintainer at a time (the sweeper, or someone calling this by hand).
-    PERFORM pg_advisory_xact_lock(hashtext('pgsched.partitions_maintain'));
-    SELECT s.event_partition_period INTO period FROM pgsched.settings AS s;
-    cutoff := t - keep;
-    horizon := pgsched.event_period_start(t, period) + (ahead + 1) * period;
-    PERFORM set_config('lock_timeout', (extract(EPOCH FROM lock_wait) * 1000)::bigint::text, TRUE);
-
-    -- Ahead: partitions continue from the newest one, so they never leave a gap; a changed
-    -- period takes effect at the next period boundary.
-    SELECT max(p.upper_bound) INTO top FROM pgsched.event_partitions() AS p WHERE NOT p.is_default;
-    -- None at all (dropped by hand): start again from the current period.
-    top := coalesce(top, pgsched.event_period_start(t, period));
-    WHILE top < horizon LOOP
-        lo := top;
-        hi := pgsched.event_period_start(lo, period) + period;
-        part := 'task_events_p' || to_char(lo, 'YYYYMMDD')
-                || CASE WHEN lo <> date_trunc('day', lo) THEN to_char(lo, '_HH24MISS') ELSE '' END;
-        BEGIN
-            -- Made apart and attached: attaching needs no ACCESS EXCLUSIVE lock on
-            -- task_events, only on the default partition, whose rows of this period move in.
-            EXECUTE format('CREATE TABLE pgsched.%I (LIKE pgsched.task_events)', part);
-            EXECUTE format(
-                'ALTER TABLE pgsched.%I ADD CONSTRAINT %I CHECK (occurred_at >= %L AND occurred_at < %L)',
-                part, part || '_range', lo, hi);
-            EXECUTE format(
-                'WITH moved AS (DELETE FROM pgsched.task_events_default AS d'
-                ' WHERE d.occurred_at >= %L AND d.occurred_at < %L RETURNING d.*)'
-                ' INSERT INTO pgsched.%I SELECT * FROM moved', lo, hi, part);
-            GET DIAGNOSTICS n = ROW_COUNT;
-            EXECUTE format(
-                'ALTER TABLE pgsched.task_events ATTACH PARTITION pgsched.%I FOR VALUES FROM (%L) TO (%L)',
-                part, lo, hi);
-            -- The bound says it now; a CHECK would only cost every insert.
-            EXECUTE format('ALTER TABLE pgsched.%I DROP CONSTRAINT %I', part, part || '_range');
-        EXCEPTION WHEN lock_not_available THEN
-            RETURN QUERY SELECT part, 'not_created'::text, NULL::bigint;
-            EXIT;
-        END;
-        RETURN QUERY SELECT part, 'created'::text, n;
-        top := hi;
-    END LOOP;
-
-    -- Expired: periods wholly older than the cutoff. Their kept events (live and DEAD
-    -- tasks'), and the archive's still kept, go into a new archive first; only then is the
-    -- lock taken, for catalog changes alone.
-    SELECT array_agg(p.partition_name ORDER BY p.lower_bound), max(p.upper_bound)
-      INTO expired, new_upper
-      FROM pgsched.event_partitions() AS p
-     WHERE p.lower_bound IS NOT NULL AND p.upper_bound <= cutoff;
-    IF expired IS NOT NULL THEN
-        BEGIN
-            CREATE TABLE pgsched.task_events_archive_next (LIKE pgsched.task_events);
-            EXECUTE format(
-                'ALTER TABLE pgsched.task_events_archive_next'
-                ' ADD CONSTRAINT task_events_archive_range CHECK (occurred_at < %L)', new_upper);
-            INSERT INTO pgsched.task_events_archive_next
-            SELECT e.* FROM pgsched.task_events AS e
-             WHERE e.occurred_at < new_upper
-               AND EXISTS (SELECT 1 FROM pgsched.tasks AS tk
-                            WHERE tk.id = e.task_id
-                              AND tk.status IN ('PENDING', 'QUEUED', 'PROCESSING', 'FAILED'));
-            GET DIAGNOSTICS n = ROW_COUNT;
-            ALTER TABLE pgsched.task_events_archive_next
-            ADD CONSTRAINT task_events_archive_next_pkey PRIMARY KEY (id, occurred_at);
-            CREATE INDEX task_events_archive_next_task_idx
-            ON pgsched.task_events_archive_next (task_id, id);
-            CREATE INDEX task_events_archive_next_tenant_time_idx
-            ON pgsched.task_events_archive_next (tenant_id, occurred_at);
-
-            LOCK TABLE pgsched.task_events IN ACCESS EXCLUSIVE MODE;
-            DROP TABLE IF EXISTS pgsched.task_events_archive;
-            FOREACH part IN ARRAY expired LOOP
-                EXECUTE format('DROP TABLE pgsched.%I', part);
-            END LOOP;
-            ALTER TABLE pgsched.task_events_archive_next RENAME TO task_events_archive;
-            ALTER TABLE pgsched.task_events_archive
-            RENAME CONSTRAINT task_events_archive_next_pkey TO task_events_archive_pkey;
-            ALTER INDEX pgsched.task_events_archive_next_task_idx RENAME TO task_events_archive_task_idx;
-            ALTER INDEX pgsched.task_events_archive_next_tenant_time_idx
-            RENAME TO task_events_archive_tenant_time_idx;
-            EXECUTE format(
-                'ALTER TABLE pgsched.task_events ATTACH PARTITION pgsched.task_events_archive'
-                ' FOR VALUES FROM (MINVALUE) TO (%L)', new_upper);
-        EXCEPTION WHEN lock_not_available THEN
-            RETURN QUERY SELECT x, 'not_dropped'::text, NULL::bigint FROM unnest(expired) AS x;
-            expired := NULL;
-        END;
-        IF expired IS NOT NULL THEN
-            RETURN QUERY SELECT x, 'dropped'::text, NULL::bigint FROM unnest(expired) AS x;
-            RETURN QUERY SELECT 'task_events_archive'::text, 'archived'::text, n;
-        END IF;
-    END IF;
-    PERFORM set_config('lock_timeout', saved_lock_timeout, TRUE);
-END;
+    -- Expired periods keep the events of live and DEAD tasks, in the archive.
+    SELECT * FROM pgsched.time_partitions_maintain(
+        'partitions_maintain', 'pgsched.task_events', 'pgsched.event_partitions',
+        'EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = e.task_id'
+        ' AND tk.status IN (''PENDING'', ''QUEUED'', ''PROCESSING'', ''FAILED''))',
+        ahead, keep, as_of, lock_wait)
 $$;
 
 --
@@ -3086,6 +2892,181 @@ CREATE FUNCTION pgsched.tier_status(tier text) RETURNS pgsched.task_status
     -- Enum constants, not a text-to-enum cast (only STABLE): keeps it inlinable.
     SELECT CASE WHEN tier = 'COLD' THEN 'PENDING'::pgsched.task_status ELSE 'QUEUED'::pgsched.task_status END
 $$;
+
+--
+-- Name: time_partitions_maintain(text, regclass, regproc, text, integer, interval, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.time_partitions_maintain(caller text, parent regclass, listing regproc, archive_keeps text, ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) RETURNS TABLE(partition_name text, action text, n_rows bigint)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "TimeZone" TO 'UTC'
+    AS $_$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    base text;
+    key_column text;
+    archive text;
+    next_archive text;
+    period interval;
+    cutoff timestamptz;
+    horizon timestamptz;
+    top timestamptz;
+    lo timestamptz;
+    hi timestamptz;
+    part text;
+    expired text[];
+    new_upper timestamptz;
+    n bigint;
+    idx record;
+    saved_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+    IF ahead IS NULL OR ahead < 1 OR ahead > 366 THEN
+        RAISE EXCEPTION 'pgsched: %: ahead must be between 1 and 366 periods, not %', caller, ahead
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF keep IS NULL OR keep <= INTERVAL '0' THEN
+        RAISE EXCEPTION 'pgsched: %: keep must be above 0, not %', caller, keep
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF lock_wait IS NULL OR lock_wait <= INTERVAL '0' OR lock_wait > INTERVAL '1 minute' THEN
+        RAISE EXCEPTION 'pgsched: %: lock_wait must be above 0 and at most 1 minute, not %', caller, lock_wait
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One maintainer of a table at a time (the sweeper, or someone calling this by hand).
+    PERFORM pg_advisory_xact_lock(hashtext('pgsched.' || caller));
+    SELECT c.relname, a.attname INTO base, key_column
+      FROM pg_partitioned_table AS pt
+      JOIN pg_class AS c ON c.oid = pt.partrelid
+      JOIN pg_attribute AS a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]
+     WHERE pt.partrelid = parent;
+    archive := base || '_archive';
+    next_archive := base || '_archive_next';
+    SELECT s.event_partition_period INTO period FROM pgsched.settings AS s;
+    cutoff := t - keep;
+    horizon := pgsched.event_period_start(t, period) + (ahead + 1) * period;
+    PERFORM set_config('lock_timeout', (extract(EPOCH FROM lock_wait) * 1000)::bigint::text, TRUE);
+
+    -- Ahead: partitions continue from the newest one, so they never leave a gap; a changed
+    -- period takes effect at the next period boundary.
+    EXECUTE format('SELECT max(p.upper_bound) FROM %s() AS p WHERE NOT p.is_default', listing)
+       INTO top;
+    -- None at all (dropped by hand): start again from the current period.
+    top := coalesce(top, pgsched.event_period_start(t, period));
+    WHILE top < horizon LOOP
+        lo := top;
+        hi := pgsched.event_period_start(lo, period) + period;
+        part := base || '_p' || to_char(lo, 'YYYYMMDD')
+                || CASE WHEN lo <> date_trunc('day', lo) THEN to_char(lo, '_HH24MISS') ELSE '' END;
+        BEGIN
+            -- Made apart and attached: attaching takes no ACCESS EXCLUSIVE lock on the table,
+            -- only on the default partition, whose rows of this period move in. The table's
+            -- CHECK constraints come along: a partition must have them.
+            EXECUTE format('CREATE TABLE pgsched.%I (LIKE %s INCLUDING CONSTRAINTS)', part, parent);
+            EXECUTE format(
+                'ALTER TABLE pgsched.%1$I ADD CONSTRAINT %2$I CHECK (%3$I >= %4$L AND %3$I < %5$L)',
+                part, part || '_range', key_column, lo, hi);
+            EXECUTE format(
+                'WITH moved AS (DELETE FROM pgsched.%1$I AS d'
+                ' WHERE d.%2$I >= %3$L AND d.%2$I < %4$L RETURNING d.*)'
+                ' INSERT INTO pgsched.%5$I SELECT * FROM moved', base || '_default', key_column, lo, hi, part);
+            GET DIAGNOSTICS n = ROW_COUNT;
+            EXECUTE format(
+                'ALTER TABLE %s ATTACH PARTITION pgsched.%I FOR VALUES FROM (%L) TO (%L)',
+                parent, part, lo, hi);
+            -- The bound says it now; a CHECK would only cost every insert.
+            EXECUTE format('ALTER TABLE pgsched.%I DROP CONSTRAINT %I', part, part || '_range');
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN QUERY SELECT part, 'not_created'::text, NULL::bigint;
+            EXIT;
+        END;
+        RETURN QUERY SELECT part, 'created'::text, n;
+        top := hi;
+    END LOOP;
+
+    -- Expired: partitions every row of which is older than the cutoff (the archive among
+    -- them when it expires whole). A kept archive is rebuilt first, outside the lock; the
+    -- ACCESS EXCLUSIVE lock on the table (an insert waits for it, at most lock_wait) is for
+    -- catalog changes alone.
+    EXECUTE format(
+        'SELECT array_agg(p.partition_name ORDER BY p.upper_bound), max(p.upper_bound)'
+        '  FROM %s() AS p'
+        ' WHERE NOT p.is_default AND p.upper_bound <= $1 AND ($2 OR p.lower_bound IS NOT NULL)',
+        listing)
+       INTO expired, new_upper
+      USING cutoff, archive_keeps IS NULL;
+    IF expired IS NOT NULL THEN
+        BEGIN
+            IF archive_keeps IS NOT NULL THEN
+                EXECUTE format('CREATE TABLE pgsched.%I (LIKE %s INCLUDING CONSTRAINTS)', next_archive, parent);
+                EXECUTE format(
+                    'ALTER TABLE pgsched.%I ADD CONSTRAINT %I CHECK (%I < %L)',
+                    next_archive, archive || '_range', key_column, new_upper);
+                EXECUTE format(
+                    'INSERT INTO pgsched.%I SELECT e.* FROM %s AS e WHERE e.%I < %L AND (%s)',
+                    next_archive, parent, key_column, new_upper, archive_keeps);
+                GET DIAGNOSTICS n = ROW_COUNT;
+                -- The table's key and indexes, built once the rows are in (faster than
+                -- keeping them up row by row), named as the table's with the archive's
+                -- name for the table's.
+                FOR idx IN
+                    SELECT ic.relname AS name, con.oid AS constraint_oid, i.indexrelid, i.indisunique
+                      FROM pg_index AS i
+                      JOIN pg_class AS ic ON ic.oid = i.indexrelid
+                      LEFT JOIN pg_constraint AS con ON con.conindid = i.indexrelid AND con.conrelid = parent
+                     WHERE i.indrelid = parent
+                     ORDER BY ic.relname
+                LOOP
+                    IF idx.constraint_oid IS NOT NULL THEN
+                        EXECUTE format(
+                            'ALTER TABLE pgsched.%I ADD CONSTRAINT %I %s',
+                            next_archive, next_archive || substr(idx.name, length(base) + 1),
+                            pg_get_constraintdef(idx.constraint_oid));
+                    ELSE
+                        EXECUTE format(
+                            'CREATE %sINDEX %I ON pgsched.%I%s',
+                            CASE WHEN idx.indisunique THEN 'UNIQUE ' ELSE '' END,
+                            next_archive || substr(idx.name, length(base) + 1), next_archive,
+                            substring(pg_get_indexdef(idx.indexrelid) FROM ' USING .*$'));
+                    END IF;
+                END LOOP;
+            END IF;
+
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', parent);
+            IF archive_keeps IS NOT NULL THEN
+                EXECUTE format('DROP TABLE IF EXISTS pgsched.%I', archive);
+            END IF;
+            FOREACH part IN ARRAY expired LOOP
+                EXECUTE format('DROP TABLE pgsched.%I', part);
+            END LOOP;
+            IF archive_keeps IS NOT NULL THEN
+                EXECUTE format('ALTER TABLE pgsched.%I RENAME TO %I', next_archive, archive);
+                -- Renaming the key's index renames the key.
+                FOREACH part IN ARRAY ARRAY(
+                    SELECT ic.relname::text FROM pg_index AS i JOIN pg_class AS ic ON ic.oid = i.indexrelid
+                     WHERE i.indrelid = format('pgsched.%I', archive)::regclass
+                ) LOOP
+                    EXECUTE format(
+                        'ALTER INDEX pgsched.%I RENAME TO %I', part, archive || substr(part, length(next_archive) + 1));
+                END LOOP;
+                EXECUTE format(
+                    'ALTER TABLE %s ATTACH PARTITION pgsched.%I FOR VALUES FROM (MINVALUE) TO (%L)',
+                    parent, archive, new_upper);
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN QUERY SELECT x, 'not_dropped'::text, NULL::bigint FROM unnest(expired) AS x;
+            expired := NULL;
+        END;
+        IF expired IS NOT NULL THEN
+            RETURN QUERY SELECT x, 'dropped'::text, NULL::bigint FROM unnest(expired) AS x;
+            IF archive_keeps IS NOT NULL THEN
+                RETURN QUERY SELECT archive, 'archived'::text, n;
+            END IF;
+        END IF;
+    END IF;
+    PERFORM set_config('lock_timeout', saved_lock_timeout, TRUE);
+END;
+$_$;
 
 --
 -- Name: timezone_problem(text); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -5041,6 +5022,12 @@ REVOKE ALL ON FUNCTION pgsched.tier_status(tier text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.tier_status(tier text) TO pgsched_producer;
 GRANT ALL ON FUNCTION pgsched.tier_status(tier text) TO pgsched_worker;
 GRANT ALL ON FUNCTION pgsched.tier_status(tier text) TO pgsched_admin;
+
+--
+-- Name: FUNCTION time_partitions_maintain(caller text, parent regclass, listing regproc, archive_keeps text, ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.time_partitions_maintain(caller text, parent regclass, listing regproc, archive_keeps text, ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) FROM PUBLIC;
 
 --
 -- Name: FUNCTION timezone_problem(timezone text); Type: ACL; Schema: pgsched; Owner: -

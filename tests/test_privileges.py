@@ -338,6 +338,33 @@ def test_admin_does_everything(conn: psycopg.Connection, as_role: AsRole) -> Non
     assert admin.execute("SELECT * FROM pgsched.lane_dead").fetchall() == []
 
 
+PARTITION_MAINTENANCE = (
+    "SELECT * FROM pgsched.partitions_maintain()",
+    "SELECT * FROM pgsched.finished_partitions_maintain()",
+)
+# The body both share (sql/0030) runs its archive_keeps argument as SQL: only the two
+# functions above, as its owner, may call it.
+SHARED_MAINTENANCE = (
+    "SELECT * FROM pgsched.time_partitions_maintain('partitions_maintain', 'pgsched.task_events',"
+    " 'pgsched.event_partitions', 'true', 3, '30 days', NULL, '1 second')"
+)
+
+
+def test_partition_maintenance_is_the_workers_and_admins_and_its_shared_body_no_ones(
+    conn: psycopg.Connection, as_role: AsRole
+) -> None:
+    _, producer = as_role("pgsched_producer")
+    _, worker = as_role("pgsched_worker")
+    _, admin = as_role("pgsched_admin")
+    for statement in PARTITION_MAINTENANCE:
+        assert refused(producer, statement).startswith("permission denied for function")
+        for login in (worker, admin):
+            login.execute(statement).fetchall()
+    for login in (producer, worker, admin):
+        message = refused(login, SHARED_MAINTENANCE)
+        assert message == "permission denied for function time_partitions_maintain"
+
+
 # -- SQL metacharacters in identifiers ----------------------------------------------------
 
 PLAIN_TYPE = " (letters, digits, _ and ., starting with a letter or _, at most 100 characters)"
