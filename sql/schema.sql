@@ -1910,9 +1910,14 @@ CREATE FUNCTION pgsched.task_claim_ids(lane pgsched.task_lane, ids bigint[], wor
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_custom_plan'
+    SET enable_seqscan TO 'true'
+    SET enable_bitmapscan TO 'true'
+    SET enable_nestloop TO 'true'
+    SET enable_hashjoin TO 'true'
     AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
+    locked bigint[];
 BEGIN
     IF ids IS NULL THEN
         RAISE EXCEPTION 'ids must be an array of task ids, got NULL' USING ERRCODE = '22023';
@@ -1931,29 +1936,45 @@ BEGIN
         -- Fair or limited: only task_claim_many claims here.
         RETURN;
     END IF;
-    RETURN QUERY
-    WITH due AS MATERIALIZED (
+    -- The ids, each found by its primary key whatever the statistics (see the top of this
+    -- file), locked in the lane's order.
+    PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE);
+    SELECT coalesce(array_agg(d.id), '{}')
+      INTO locked
+      FROM (
         SELECT tk.id
           FROM pgsched.tasks AS tk
-         WHERE tk.id = ANY(task_claim_ids.ids)
-           AND tk.status = 'QUEUED'
+         WHERE tk.id = ANY (task_claim_ids.ids)
+           -- The hot tier only (pruning), in words no partial index's predicate follows from.
+           AND tk.status IN ('QUEUED', 'PROCESSING')
+           AND tk.status::text = 'QUEUED'
            AND tk.lane = task_claim_ids.lane
            AND tk.next_run_at <= t
          ORDER BY tk.priority DESC, tk.next_run_at
            FOR UPDATE SKIP LOCKED
+    ) AS d;
+    -- Marked claimed the same way, returned in that order, matched up by hashing.
+    PERFORM set_config('enable_nestloop', 'off', TRUE);
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = 'PROCESSING',
+               attempts = tk.attempts + 1,
+               locked_by = task_claim_ids.worker,
+               lease_token = gen_random_uuid(),
+               lease_expires_at = t + task_claim_ids.lease,
+               last_run_at = t,
+               updated_at = t,
+               status_reason = NULL
+         WHERE tk.id = ANY (locked)
+           AND tk.status IN ('QUEUED', 'PROCESSING')
+           AND tk.status::text = 'QUEUED'
+        RETURNING tk.*
     )
-    UPDATE pgsched.tasks AS tk
-       SET status = 'PROCESSING',
-           attempts = tk.attempts + 1,
-           locked_by = task_claim_ids.worker,
-           lease_token = gen_random_uuid(),
-           lease_expires_at = t + task_claim_ids.lease,
-           last_run_at = t,
-           updated_at = t,
-           status_reason = NULL
-      FROM due
-     WHERE tk.id = due.id AND tk.status = 'QUEUED'
-    RETURNING tk.*;
+    SELECT c.*
+      FROM claimed AS c
+     INNER JOIN unnest(locked) WITH ORDINALITY AS a (id, pos) ON a.id = c.id
+     ORDER BY a.pos;
 END;
 $$;
 
@@ -2323,6 +2344,10 @@ CREATE FUNCTION pgsched.task_finish_many(task_ids bigint[], lease_tokens uuid[],
     LANGUAGE plpgsql SECURITY DEFINER
     SET plan_cache_mode TO 'force_custom_plan'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'true'
+    SET enable_bitmapscan TO 'true'
+    SET enable_nestloop TO 'true'
+    SET enable_hashjoin TO 'true'
     AS $$
 DECLARE
     -- The statement's own clock: in a handler's transaction now() is when the work began.
@@ -2330,6 +2355,7 @@ DECLARE
     h record;
     bad text;
     done bigint[];
+    stale bigint[];
     wake pgsched.task_lane[];
 BEGIN
     SELECT * INTO h FROM pgsched.tier_horizons(t);
@@ -2342,6 +2368,10 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- The reported rows, each found by its primary key whatever the statistics (see the
+    -- top of this file), matched to its report by hashing.
+    PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
+            set_config('enable_nestloop', 'off', TRUE), set_config('enable_hashjoin', 'on', TRUE);
     WITH finished AS (
         UPDATE pgsched.tasks AS tk
            SET status = (CASE
@@ -2388,7 +2418,11 @@ BEGIN
                updated_at = t
           FROM unnest(task_ids, lease_tokens, outcomes, errors, retry_delays)
                AS u(id, token, outcome, error, delay)
-         WHERE tk.id = u.id AND tk.status = 'PROCESSING' AND tk.lease_token = u.token
+         WHERE tk.id = u.id AND tk.lease_token = u.token
+           AND tk.id = ANY (task_ids)
+           -- The hot tier only (pruning), in words no partial index's predicate follows from.
+           AND tk.status IN ('QUEUED', 'PROCESSING')
+           AND tk.status::text = 'PROCESSING'
         RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at
     ),
     ledger AS (
@@ -2415,7 +2449,12 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Reports that lost their lease change nothing; say so on the task's record.
+    -- Reports that lost their lease change nothing; say so on the task's record. The task
+    -- may be in any tier by now: each id is looked up in each tier's primary key.
+    SELECT coalesce(array_agg(u.id), '{}') INTO stale
+      FROM unnest(task_ids) AS u(id)
+      LEFT JOIN unnest(done) AS d(id) ON d.id = u.id
+     WHERE d.id IS NULL;
     INSERT INTO pgsched.task_events (
         task_id, tenant_id, task_type, from_status, to_status,
         occurred_at, scheduled_for, attempt, worker, detail
@@ -2424,9 +2463,8 @@ BEGIN
            tk.locked_by,
            format('stale %s report ignored: the lease was lost (the task had moved on)', u.outcome)
       FROM unnest(task_ids, outcomes) AS u(id, outcome)
-      LEFT JOIN unnest(done) AS d(id) ON d.id = u.id
       JOIN pgsched.tasks AS tk ON tk.id = u.id
-     WHERE d.id IS NULL;
+     WHERE tk.id = ANY (stale);
 
     RETURN QUERY
     SELECT u.id, d.id IS NOT NULL
@@ -2441,27 +2479,42 @@ $$;
 
 CREATE FUNCTION pgsched.task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval DEFAULT '00:00:30'::interval, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF bigint
     LANGUAGE plpgsql SECURITY DEFINER
-    SET plan_cache_mode TO 'force_custom_plan'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
+    SET enable_seqscan TO 'true'
+    SET enable_bitmapscan TO 'true'
+    SET enable_nestloop TO 'true'
+    SET enable_hashjoin TO 'true'
     AS $$
 DECLARE
+    held bigint[];
     renewed bigint[];
 BEGIN
+    -- Each leased row found by its primary key whatever the statistics (see the top of
+    -- this file), matched to its token by hashing.
+    PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
+            set_config('enable_nestloop', 'off', TRUE), set_config('enable_hashjoin', 'on', TRUE);
     FOR attempt IN 1..5 LOOP
         BEGIN
-            WITH held AS MATERIALIZED (
+            SELECT coalesce(array_agg(l.id), '{}')
+              INTO held
+              FROM (
                 SELECT tk.id
                   FROM pgsched.tasks AS tk
-                  JOIN unnest(task_ids, lease_tokens) AS u(id, token)
+                 INNER JOIN unnest(task_ids, lease_tokens) AS u (id, token)
                     ON tk.id = u.id AND tk.lease_token = u.token
-                 WHERE tk.status = 'PROCESSING'
+                 WHERE tk.id = ANY (task_ids)
+                   -- The hot tier only (pruning), in words no partial index's predicate follows from.
+                   AND tk.status IN ('QUEUED', 'PROCESSING')
+                   AND tk.status::text = 'PROCESSING'
                    FOR UPDATE OF tk SKIP LOCKED
-            ),
-            extended AS (
+            ) AS l;
+            WITH extended AS (
                 UPDATE pgsched.tasks AS tk
                    SET lease_expires_at = coalesce(as_of, now()) + lease
-                  FROM held
-                 WHERE tk.id = held.id AND tk.status = 'PROCESSING'
+                 WHERE tk.id = ANY (held)
+                   AND tk.status IN ('QUEUED', 'PROCESSING')
+                   AND tk.status::text = 'PROCESSING'
                 RETURNING tk.id
             )
             SELECT coalesce(array_agg(e.id), '{}') INTO renewed FROM extended AS e;
@@ -2625,25 +2678,36 @@ $$;
 CREATE FUNCTION pgsched.task_promote_due(max_tasks integer DEFAULT 10000, as_of timestamp with time zone DEFAULT NULL::timestamp with time zone, within interval DEFAULT NULL::interval) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'true'
+    SET enable_bitmapscan TO 'true'
+    SET enable_sort TO 'true'
     AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
     h record;
     horizon timestamptz;
+    due bigint[];
     promoted integer;
     wake pgsched.task_lane[];
 BEGIN
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     horizon := coalesce(t + extract(epoch FROM task_promote_due.within) * INTERVAL '1 second', h.hot_until);
-    WITH due AS MATERIALIZED (
+    -- The cold tier read in due order, as far as it promotes, whatever the statistics (see
+    -- the top of this file); then each row found by its primary key.
+    PERFORM set_config('enable_sort', 'off', TRUE), set_config('enable_seqscan', 'off', TRUE),
+            set_config('enable_bitmapscan', 'off', TRUE);
+    SELECT coalesce(array_agg(d.id), '{}')
+      INTO due
+      FROM (
         SELECT tk.id
           FROM pgsched.tasks AS tk
          WHERE tk.status = 'PENDING' AND tk.next_run_at < horizon
          ORDER BY tk.next_run_at
          LIMIT task_promote_due.max_tasks
            FOR UPDATE SKIP LOCKED
-    ),
-    moved AS (
+    ) AS d;
+    PERFORM set_config('enable_sort', 'on', TRUE);
+    WITH moved AS (
         UPDATE pgsched.tasks AS tk
            SET status = 'QUEUED',
                status_reason = CASE
@@ -2651,8 +2715,7 @@ BEGIN
                    ELSE 'promoted into the hot window'
                END,
                updated_at = t
-          FROM due
-         WHERE tk.id = due.id AND tk.status = 'PENDING'
+         WHERE tk.id = ANY (due) AND tk.status = 'PENDING'
         RETURNING tk.lane, tk.next_run_at
     )
     SELECT count(*),

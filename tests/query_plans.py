@@ -1,6 +1,8 @@
-"""Plans in tests: a database seeded once for a module, EXPLAIN of a statement, and the
-nodes of a plan (what it scans, through which index), so a test can say "this statement
-never reads the big tiers" without timing anything."""
+"""Plans in tests: a database seeded once for a module, EXPLAIN of a statement, the plans
+of every statement a call ran (auto_explain), and the nodes of a plan (what it scans,
+through which index, how many rows it went through), so a test can say "this statement
+never reads the big tiers" or "this call's work follows the rows it handles" without
+timing anything."""
 
 from __future__ import annotations
 
@@ -46,6 +48,64 @@ def explain(
     assert row is not None
     plan = row[0]
     return json.loads(plan) if isinstance(plan, str) else plan
+
+
+def logged_plans(
+    conn: psycopg.Connection, statement: str, params: Any = None
+) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """Run `statement` with auto_explain (analyze, in this session only) logging the plan of
+    every statement it runs, those inside functions and triggers included: its result rows,
+    and the plans, each with its "Query Text" (the outer statement's plan comes last)."""
+    notices: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary and "plan:" in diag.message_primary:
+            notices.append(diag.message_primary)
+
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_analyze = on",
+        "SET auto_explain.log_timing = off",
+        "SET auto_explain.log_format = 'json'",
+        "SET auto_explain.log_level = 'notice'",
+        "SET client_min_messages = 'notice'",
+    ):
+        conn.execute(setting)
+    conn.add_notice_handler(keep)
+    try:
+        cur = conn.execute(statement, params)
+        rows = cur.fetchall() if cur.description is not None else []
+    finally:
+        conn.remove_notice_handler(keep)
+        conn.execute("SET auto_explain.log_min_duration = -1")
+    return rows, [json.loads(text.split("plan:", 1)[1]) for text in notices]
+
+
+def rows_handled(plan: dict[str, Any]) -> int:
+    """Rows every node of a logged plan produced or filtered out, over all its loops: the
+    work of a statement in rows, whatever the clock says."""
+    total = 0
+    for node in plan_nodes(plan["Plan"]):
+        loops = int(node.get("Actual Loops", 1))
+        produced = int(node.get("Actual Rows", 0))
+        removed = int(node.get("Rows Removed by Filter", 0)) + int(
+            node.get("Rows Removed by Join Filter", 0)
+        )
+        total += (produced + removed) * loops
+    return total
+
+
+def heaviest_statement(plans: list[dict[str, Any]], leave_out: str) -> tuple[int, str]:
+    """Of the logged plans whose text does not contain `leave_out` (the call itself, whose
+    one node counts the rows returned), the most rows one handled, and its text's start."""
+    handled = [
+        (rows_handled(p), " ".join(str(p.get("Query Text", "")).split())[:100]) for p in plans
+    ]
+    inside = [(rows, text) for rows, text in handled if leave_out not in text]
+    assert inside, "auto_explain logged no statement inside the call"
+    return max(inside)
 
 
 def plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from query_plans import explain, node_values, plan_nodes, seeded_database
+from query_plans import explain, logged_plans, node_values, plan_nodes, seeded_database
 from table_stats import table_stats
 
 from pgsched.queries import query
@@ -202,41 +202,14 @@ def _shipped_plans(
     conn: psycopg.Connection, call: str, setup: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
     """Run `setup` then `call` (rolled back) and return the plan of every statement `call`
-    executed.
-
-    auto_explain, loaded into this session only, logs each statement (nested ones too: the
-    statements of a PL/pgSQL body) with its plan and actual row counts at NOTICE level,
-    which the server sends to this client.
-    """
-    notices: list[str] = []
-
-    def keep(diag: psycopg.errors.Diagnostic) -> None:
-        if diag.message_primary and "plan:" in diag.message_primary:
-            notices.append(diag.message_primary)
-
-    for setting in (
-        "LOAD 'auto_explain'",
-        "SET auto_explain.log_min_duration = 0",
-        "SET auto_explain.log_nested_statements = on",
-        "SET auto_explain.log_analyze = on",
-        "SET auto_explain.log_timing = off",
-        "SET auto_explain.log_format = 'json'",
-        "SET auto_explain.log_level = 'notice'",
-        "SET client_min_messages = 'notice'",
-    ):
-        conn.execute(setting)
-    conn.add_notice_handler(keep)
-    try:
-        with pytest.raises(_Rollback), conn.transaction():
-            for statement in setup:
-                conn.execute(statement)
-            notices.clear()
-            conn.execute(call).fetchall()
-            raise _Rollback
-    finally:
-        conn.remove_notice_handler(keep)
-        conn.execute("SET auto_explain.log_min_duration = -1")
-    plans = [json.loads(text.split("plan:", 1)[1]) for text in notices]
+    executed (query_plans.logged_plans: nested ones too, the statements of a PL/pgSQL
+    body, with their actual row counts)."""
+    plans: list[dict[str, Any]] = []
+    with pytest.raises(_Rollback), conn.transaction():
+        for statement in setup:
+            conn.execute(statement)
+        plans = logged_plans(conn, call)[1]
+        raise _Rollback
     assert plans, f"auto_explain logged nothing for {call}"
     return plans
 
@@ -321,13 +294,16 @@ def test_shipped_promotion_reads_the_due_slice_not_the_cold_tier(
         backlog,
         "SELECT pgsched.task_promote_due(1000, now() + interval '2 days 1 hour')",
     )
-    promote = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
-    assert len(promote) == 1, [_statement(p) for p in plans]
+    # Two statements (sql/0031): the due range locked, then those rows moved by id.
+    lock = [p for p in plans if "FOR UPDATE SKIP LOCKED" in _statement(p)]
+    move = [p for p in plans if "SET status = 'QUEUED'" in _statement(p)]
+    assert len(lock) == 1 and len(move) == 1, [_statement(p) for p in plans]
+    promote = [{"Plan": [lock[0]["Plan"], move[0]["Plan"]]}]
     nodes = list(plan_nodes(promote[0]))
     cold_reads = [n for n in nodes if n.get("Relation Name") == "tasks_cold"]
     assert cold_reads, json.dumps(promote[0], indent=1)
     # Every read of the cold tier goes through an index: the due range, then the UPDATE's
-    # probe of each locked row by primary key.
+    # probes of the locked rows by primary key.
     assert {n["Node Type"] for n in cold_reads} == {"Index Scan"}, json.dumps(promote[0], indent=1)
     due_range = [n for n in cold_reads if n["Index Name"] == "tasks_cold_due_idx"]
     assert len(due_range) == 1, json.dumps(promote[0], indent=1)
@@ -336,8 +312,9 @@ def test_shipped_promotion_reads_the_due_slice_not_the_cold_tier(
     assert due_range[0]["Actual Rows"] * due_range[0]["Actual Loops"] <= 2 * 1000, due_range[0]
     for probe in cold_reads:
         if probe is not due_range[0]:
-            assert probe["Index Name"] == "tasks_cold_pkey" and probe["Actual Rows"] <= 1, probe
-    moved = [n for n in nodes if n["Node Type"] == "ModifyTable"]
+            assert probe["Index Name"] == "tasks_cold_pkey", probe
+            assert probe["Actual Rows"] * probe["Actual Loops"] <= 1000, probe
+    moved = [n for n in plan_nodes(move[0]["Plan"]) if n["Node Type"] == "ModifyTable"]
     assert moved and moved[0]["Actual Rows"] == 1000
     assert "tasks_done" not in json.dumps(promote[0])
     assert "tasks_finished" not in json.dumps(promote[0])

@@ -10,12 +10,12 @@ trigger's statements read: each table read once means at most one of each per ch
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import psycopg
 import pytest
-from query_plans import plan_nodes
+from query_plans import logged_plans, plan_nodes
+from stale_statistics import schedule
 
 CLAIM_BY_HAND = (
     "UPDATE pgsched.tasks SET status = 'PROCESSING', attempts = attempts + 1,"
@@ -24,42 +24,9 @@ CLAIM_BY_HAND = (
 )
 
 
-def _schedule(conn: psycopg.Connection, n: int) -> list[int]:
-    rows = conn.execute(
-        "SELECT task_id FROM pgsched.schedule_tasks("
-        " task_types => array_fill('t'::text, ARRAY[%s])) ORDER BY ordinal",
-        (n,),
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
 def _trigger_plans(conn: psycopg.Connection, statement: str, params: Any) -> list[dict[str, Any]]:
-    """Run `statement` with auto_explain logging every nested statement's plan as a NOTICE;
-    return the plans of the statements that read a transition table."""
-    notices: list[str] = []
-
-    def keep(diag: psycopg.errors.Diagnostic) -> None:
-        if diag.message_primary and "plan:" in diag.message_primary:
-            notices.append(diag.message_primary)
-
-    for setting in (
-        "LOAD 'auto_explain'",
-        "SET auto_explain.log_min_duration = 0",
-        "SET auto_explain.log_nested_statements = on",
-        "SET auto_explain.log_analyze = on",
-        "SET auto_explain.log_timing = off",
-        "SET auto_explain.log_format = 'json'",
-        "SET auto_explain.log_level = 'notice'",
-        "SET client_min_messages = 'notice'",
-    ):
-        conn.execute(setting)
-    conn.add_notice_handler(keep)
-    try:
-        conn.execute(statement, params)
-    finally:
-        conn.remove_notice_handler(keep)
-        conn.execute("SET auto_explain.log_min_duration = -1")
-    plans = [json.loads(text.split("plan:", 1)[1]) for text in notices]
+    """Run `statement`; the plans of the trigger's statements that read a transition table."""
+    _, plans = logged_plans(conn, statement, params)
     return [p for p in plans if "old_rows" in str(p.get("Query Text", ""))]
 
 
@@ -76,7 +43,7 @@ def _transition_rows_read(plans: list[dict[str, Any]]) -> int:
 def test_trigger_reads_each_transition_row_once_after_a_one_row_first_call(
     conn: psycopg.Connection, rows: int
 ) -> None:
-    first, *many = _schedule(conn, 1 + rows)
+    first, *many = schedule(conn, 1 + rows)
     # The connection's first transition: one row (the trigger's plans are made here).
     conn.execute(CLAIM_BY_HAND, ([first],))
     plans = _trigger_plans(conn, CLAIM_BY_HAND, (many,))
