@@ -13,6 +13,7 @@ the end cancel it at each step of the pool's hand-over in turn."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -20,11 +21,13 @@ from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+from redis import asyncio as redis_async
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
 from pgsched.handlers import HandlerRegistry, TaskRow
 from pgsched.hot_tier import HotTierConfig
 from pgsched.hot_tier.claims import RedisClaimSource
+from pgsched.hot_tier.wakeups import RedisWakeups
 from pgsched.lanes import Lane
 from pgsched.queries import query
 from pgsched.worker.claim_loop import LaneLoop
@@ -315,3 +318,103 @@ def test_the_lease_rescue_loop_cancelled_as_the_pool_hands_it_a_connection_stops
 
     ran_on = asyncio.run(scenario())
     assert not ran_on, f"the lease rescue ran on after a cancel {ran_on} steps after hand-over"
+
+
+# -- a cancel while the Redis wake-ups (re)subscribe ----------------------------------------
+#
+# The wake-ups' subscriber has no socket timeout, so redis-py sends SUBSCRIBE without
+# asyncio.wait_for, and its connect and read timeouts are asyncio.timeout, which lets an
+# outside cancel through. Should either change (a socket timeout on the subscriber, a
+# redis-py that sends under wait_for), a cancel landing as the send completes would be
+# dropped and the loop would listen for good. These tests cancel at each step of the event
+# loop from the start of the subscription, and from the loss of the connection (redis-py
+# then reconnects and subscribes again before the loop sees the error), until the scan has
+# gone past the subscription a few times over.
+
+PAST_THE_SUBSCRIPTION = 5  # consecutive tries that cancelled after it: the scan is done
+MAX_STEPS = 2000
+
+
+async def wake_ups_cancelled_after(
+    url: str, started: Any, subscribed: Any, steps: int
+) -> tuple[bool, bool]:
+    """Run the wake-ups, await `started(wakeups)` and cancel them `steps` steps later:
+    whether they ended, and whether `subscribed(wakeups)` was true at the cancel."""
+    events = {Lane.NORMAL: asyncio.Event(), Lane.HIGH: asyncio.Event()}
+    wakeups = RedisWakeups(HotTierConfig(url), events)
+    running = asyncio.create_task(wakeups.run())
+    await started(wakeups)
+    cancelled_subscribed: list[bool] = []
+
+    def cancel() -> None:
+        cancelled_subscribed.append(subscribed(wakeups))
+        running.cancel()
+
+    after_steps(steps, cancel)
+    return await ends_cancelled(running), cancelled_subscribed == [True]
+
+
+async def wake_ups_cancelled_at_each_step(
+    url: str, started: Any, subscribed: Any
+) -> tuple[list[int], int]:
+    """Cancel the wake-ups `steps` steps after `started` for steps = 0, 1, ... until the
+    cancel came after the subscription a few tries running: the steps at which they ran
+    on, and how many steps were tried."""
+    ran_on: list[int] = []
+    past = 0
+    steps = 0
+    while past < PAST_THE_SUBSCRIPTION:
+        assert steps < MAX_STEPS, "the subscription never completed before the cancel"
+        ended, after_subscription = await wake_ups_cancelled_after(url, started, subscribed, steps)
+        if not ended:
+            ran_on.append(steps)
+        past = past + 1 if after_subscription else 0
+        steps += 1
+    return ran_on, steps
+
+
+def test_the_redis_wake_ups_cancelled_while_subscribing_stop(redis_server: RedisServer) -> None:
+    async def started(wakeups: RedisWakeups) -> None:
+        pass
+
+    def subscribed(wakeups: RedisWakeups) -> bool:
+        # Every lane is woken as soon as the subscription is made.
+        return all(event.is_set() for event in wakeups.events.values())
+
+    ran_on, tried = asyncio.run(
+        wake_ups_cancelled_at_each_step(redis_server.url, started, subscribed)
+    )
+    assert not ran_on, f"the Redis wake-ups ran on after a cancel {ran_on} steps into subscribing"
+    assert tried > PAST_THE_SUBSCRIPTION
+
+
+def test_the_redis_wake_ups_cancelled_while_resubscribing_stop(
+    redis_server: RedisServer, caplog: Any
+) -> None:
+    """The connection is killed under the subscriber: redis-py reconnects and subscribes
+    again, then the loop hears of the loss (and logs it) and goes to wait before its own
+    reconnection, which subscribes as the first connection does."""
+
+    def losses() -> int:
+        return sum("wake-ups from" in r.getMessage() for r in caplog.records)
+
+    async def started(wakeups: RedisWakeups) -> None:
+        for event in wakeups.events.values():
+            await asyncio.wait_for(event.wait(), ENDS_WITHIN)
+            event.clear()
+        caplog.clear()
+        admin = redis_async.Redis.from_url(redis_server.url)
+        try:
+            assert await admin.client_kill_filter(_type="pubsub") == 1
+        finally:
+            await admin.aclose()
+
+    def subscribed(wakeups: RedisWakeups) -> bool:
+        return losses() > 0
+
+    with caplog.at_level(logging.WARNING, logger="pgsched.hot_tier.wakeups"):
+        ran_on, tried = asyncio.run(
+            wake_ups_cancelled_at_each_step(redis_server.url, started, subscribed)
+        )
+    assert not ran_on, f"the Redis wake-ups ran on after a cancel {ran_on} steps into resubscribing"
+    assert tried > PAST_THE_SUBSCRIPTION
