@@ -4,13 +4,18 @@ signal exits at once with a non-zero status."""
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import time
+from pathlib import Path
 
 import psycopg
 from worker_helpers import (
     Workers,
+    create_test_tables,
     events,
+    running_workers,
     schedule,
     statuses,
     steps,
@@ -18,6 +23,9 @@ from worker_helpers import (
     transitions,
     wait_until,
 )
+
+from benchmarks.chaos.harness import cluster
+from pgsched.worker.worker import EXIT_OUTCOMES_UNWRITTEN, FINAL_FLUSH_MIN_SECONDS
 
 
 def wait_started(conn: psycopg.Connection, task_id: int) -> None:
@@ -94,3 +102,61 @@ def test_second_signal_exits_at_once(conn: psycopg.Connection, workers: Workers)
     # Nothing was released: the lease is left to expire and be rescued.
     row = task(conn, task_id)
     assert (row["status"], row["attempts"]) == ("PROCESSING", 1)
+
+
+def test_a_worker_stopped_while_postgres_is_down_exits_and_loses_nothing(tmp_path: Path) -> None:
+    """The final flush retried for good while the database did not answer: a worker asked
+    to stop then never exited. It gives up writing after its grace period (5 s at the
+    least), names in one ERROR line the tasks whose outcomes it could not write, and exits
+    with status 4; once Postgres is back their leases have expired and the tasks run again.
+    Its own server: this test stops it."""
+    grace = 2.0
+    with cluster() as pg:
+        dbname = pg.new_database()
+        with pg.connect(dbname) as conn:
+            create_test_tables(conn)
+            # Three end within the grace (their outcomes are failures: the handler cannot
+            # record its end), one outlives it (released); all run quickly the next time.
+            finishing = [
+                schedule(conn, "sleepy", '{"seconds": 1, "sleep_on": [1]}', max_attempts=5)
+                for _ in range(3)
+            ]
+            outliving = schedule(conn, "sleepy", '{"seconds": 60, "sleep_on": [1]}', max_attempts=5)
+            task_ids = [*finishing, outliving]
+            env = {**os.environ, "PGSCHED_DSN": pg.dsn(dbname)}
+            with running_workers(env, tmp_path) as workers:
+                w = workers.start("W1", lease=2.0, grace=grace)
+                wait_until(
+                    lambda: all(steps(conn, t) for t in task_ids), 20, what="every task to start"
+                )
+                conn.close()
+                pg.stop_server()
+                signalled = time.monotonic()
+                w.send(signal.SIGTERM)
+                exit_status = w.wait_exit(60)
+                took = time.monotonic() - signalled
+                log = w.log()
+                pg.start_server()
+
+                assert exit_status == EXIT_OUTCOMES_UNWRITTEN, log
+                # The drain's grace, the flush's bound, and a few seconds for the rest of
+                # the shutdown (a claim cut short is waited for up to 5 s).
+                bound = grace + max(grace, FINAL_FLUSH_MIN_SECONDS) + 10
+                assert took < bound, f"exit took {took:.1f}s, over {bound:.0f}s\n{log}"
+                unwritten = [
+                    line for line in log.splitlines() if "ERROR" in line and "not written" in line
+                ]
+                assert len(unwritten) == 1, log
+                named = re.search(r"tasks ([0-9,]+)$", unwritten[0])
+                assert named is not None, unwritten[0]
+                assert sorted(int(t) for t in named.group(1).split(",")) == sorted(task_ids)
+
+                with pg.connect(dbname) as conn:
+                    # Not lost: still PROCESSING, their outcomes unwritten.
+                    assert set(statuses(conn, task_ids).values()) == {"PROCESSING"}
+                    workers.start("W2", lease=2.0, grace=grace)
+                    wait_until(
+                        lambda: set(statuses(conn, task_ids).values()) == {"COMPLETED"},
+                        60,
+                        what="the rescued tasks to complete",
+                    )

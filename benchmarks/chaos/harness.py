@@ -87,9 +87,7 @@ class Cluster:
 
     def start(self) -> None:
         self._pg_ctl("initdb", "-D", str(self.datadir), "-o", "-U postgres --auth=trust -E UTF8")
-        self._pg_ctl(
-            "start", "-D", str(self.datadir), "-w", "-l", str(self.logfile), "-o", self._options()
-        )
+        self.start_server()
         with self.connect() as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
         migrate(self.dsn(TEMPLATE))
@@ -106,6 +104,15 @@ class Cluster:
         options = [] if settings is None else ["-o", self._options(settings)]
         self._pg_ctl(
             "restart", "-D", str(self.datadir), "-m", mode, "-w", "-l", str(self.logfile), *options
+        )
+
+    def stop_server(self) -> None:
+        """Stop the server (-m immediate), its data kept: `start_server` starts it again."""
+        self._pg_ctl("stop", "-D", str(self.datadir), "-m", "immediate", "-w")
+
+    def start_server(self) -> None:
+        self._pg_ctl(
+            "start", "-D", str(self.datadir), "-w", "-l", str(self.logfile), "-o", self._options()
         )
 
     def stop(self) -> None:

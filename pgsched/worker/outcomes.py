@@ -8,7 +8,8 @@ the claims instead of growing the next flush.
 If the database is unreachable, or refuses every write for now (a read-only database or a
 hot standby: SQLSTATE 25006), the outcomes stay buffered and are retried; should the
 leases expire meanwhile, the tasks run again (at least once) and the late reports are
-recorded as stale, never applied.
+recorded as stale, never applied. A flush given a time to give up by (the worker's final
+flush at shutdown) stops retrying then, and leaves what it could not write buffered.
 
 If the database refuses a flush for what it holds (not for a lost connection), the batch is
 written again one outcome at a time, so one bad row never blocks the others: the row it
@@ -142,7 +143,10 @@ class OutcomeBuffer:
             # A cancel landing as the pool handed the flush its connection is swallowed.
             raise_if_cancel_swallowed()
 
-    async def flush(self) -> None:
+    async def flush(self, give_up_at: float | None = None) -> None:
+        """Write every buffered outcome, retrying while the database is unreachable; with
+        `give_up_at` (event loop time), only until then: what is still unwritten stays
+        buffered (`unwritten_task_ids`)."""
         backoff = 0.05
         while self._items:
             # At most flush_size per statement: a backlog is written in bounded steps.
@@ -150,14 +154,21 @@ class OutcomeBuffer:
             del self._items[: self._flush_size]
             self._arrived.clear()
             self._full.clear()
+            # The bound holds for a write waiting on the pool (which waits for a connection
+            # far longer) as much as for the retries.
+            deadline = asyncio.timeout_at(give_up_at)
             try:
-                rows = await self._write(batch)
+                async with deadline:
+                    rows = await self._write(batch)
             except asyncio.CancelledError:
                 # Stopping mid-flush: the batch goes back for the final flush (refused as
                 # stale if this write did land), never lost with the cancelled task.
                 self._items[:0] = batch
                 raise
             except Exception as exc:
+                if deadline.expired():
+                    self._items[:0] = batch
+                    return
                 if not is_connection_trouble(exc):
                     # Refused for what it carries: write the rows one at a time.
                     unwritten = await self._write_one_by_one(batch, exc)
@@ -171,10 +182,18 @@ class OutcomeBuffer:
                     ",".join(str(o.task_id) for o in batch[:20]),
                 )
                 self._items[:0] = batch
+                if give_up_at is not None:
+                    left = give_up_at - asyncio.get_running_loop().time()
+                    if left <= 0:
+                        return
+                    backoff = min(backoff, left)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
             self._written(batch, rows)
+
+    def unwritten_task_ids(self) -> list[int]:
+        return [outcome.task_id for outcome in self._items]
 
     async def _write(self, batch: list[Outcome]) -> list[tuple[int, bool]]:
         async with self._pool.connection() as conn:

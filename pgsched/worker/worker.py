@@ -2,8 +2,11 @@
 
 Shutdown (SIGTERM or SIGINT): stop claiming at once; let running tasks finish within the
 grace period; release the ones that did not (back to QUEUED, attempt given back, recorded);
-write every outcome; exit 0. A second signal exits at once with status 1, and the leases
-of whatever was running expire and are rescued as usual.
+write every outcome; exit 0. Should the database stay unreachable, writing the outcomes is
+given up after another grace period (5 s at the least) and the worker exits with status 4:
+the tasks stay PROCESSING, and their leases expire and are rescued. A second signal exits
+at once with status 1, and the leases of whatever was running expire and are rescued as
+usual.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ log = logging.getLogger("pgsched.worker")
 # stuck: not 0 (a supervisor must restart it), not 1 (a crash), not 2 (a usage error).
 EXIT_STUCK_THREADS = 3
 
+# The exit status of a worker that stopped without writing every outcome (the database
+# unreachable through its final flush): a fault to see, though nothing is lost.
+EXIT_OUTCOMES_UNWRITTEN = 4
+
 # Connections the worker opens for transactional handlers, at most (per pool): the most the
 # old default concurrency (16 per lane, three lanes) could hold.
 MAX_TRANSACTION_CONNECTIONS = 48
@@ -61,6 +68,11 @@ MAX_TRANSACTION_CONNECTIONS = 48
 # How long the shutdown waits, at the least, for a claim its cancel cut short to end (a
 # claim takes milliseconds; its rows are released once it ends).
 CLAIM_END_WAIT_SECONDS = 5.0
+
+# How long the shutdown tries to write the outcomes, at the least, while the database does
+# not answer (the grace period if longer): a worker asked to stop must exit, and what it
+# could not write is not lost (see Worker._give_up_unwritten).
+FINAL_FLUSH_MIN_SECONDS = 5.0
 
 
 def default_worker_id() -> str:
@@ -392,12 +404,17 @@ class Worker:
                 scheduler.stop()
             await self._release_claims_cut_short(buffer)
             await self._drain(buffer)
+            # The database may be unreachable: writing the outcomes gets the grace period,
+            # then the worker exits anyway rather than never.
+            give_up_at = loop.time() + self._final_flush_seconds
+            await buffer.flush(give_up_at)
             if self._background:
                 await asyncio.gather(*self._background, return_exceptions=True)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            await buffer.flush()
+            await buffer.flush(give_up_at)
+            self._give_up_unwritten(buffer)
             keeper.stop()
             watchdog.stop()
             # Threads of abandoned plain handlers are not waited for: their tasks were
@@ -484,7 +501,29 @@ class Worker:
                     f"released unfinished at shutdown of worker {self.worker_id}",
                 )
             )
-        await buffer.flush()
+
+    @property
+    def _final_flush_seconds(self) -> float:
+        return max(self.config.grace_seconds, FINAL_FLUSH_MIN_SECONDS)
+
+    def _give_up_unwritten(self, buffer: OutcomeBuffer) -> None:
+        """Exit non-zero, naming the tasks whose outcomes the final flush could not write.
+        Nothing is lost: they stay PROCESSING, and once their leases expire the lease
+        rescue queues them again (or fails them, out of attempts)."""
+        unwritten = buffer.unwritten_task_ids()
+        if not unwritten:
+            return
+        log.error(
+            "outcomes of %d tasks not written within %gs (the database unreachable); they "
+            "stay PROCESSING until their leases expire and the lease rescue takes them "
+            "again: tasks %s",
+            len(unwritten),
+            self._final_flush_seconds,
+            ",".join(str(task_id) for task_id in unwritten),
+            extra={"worker_id": self.worker_id, "outcome": "unwritten"},
+        )
+        if not self.exit_status:
+            self.exit_status = EXIT_OUTCOMES_UNWRITTEN
 
     def _on_loop_exit(self, task: asyncio.Task[None]) -> None:
         """A loop of the worker must never end on its own: if one dies, say why loudly
