@@ -2358,6 +2358,8 @@ DECLARE
     stale bigint[];
     wake pgsched.task_lane[];
 BEGIN
+    -- The usual flush is planned once per connection (see the top of this file).
+    PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     SELECT u.outcome INTO bad
       FROM unnest(outcomes) AS u(outcome)
@@ -2450,7 +2452,9 @@ BEGIN
     END IF;
 
     -- Reports that lost their lease change nothing; say so on the task's record. The task
-    -- may be in any tier by now: each id is looked up in each tier's primary key.
+    -- may be in any tier by now: each id is looked up in each tier's primary key. Rare:
+    -- planned when it happens, for the partitions there are then.
+    PERFORM set_config('plan_cache_mode', 'force_custom_plan', TRUE);
     SELECT coalesce(array_agg(u.id), '{}') INTO stale
       FROM unnest(task_ids) AS u(id)
       LEFT JOIN unnest(done) AS d(id) ON d.id = u.id
