@@ -6,7 +6,12 @@ back to back). A claim that got some rows but fewer is followed by the next one
 `claim_interval` after it was sent: work is coming due steadily, and each claim has a fixed
 cost (a round trip, its statements' planning, a commit), so waiting a few milliseconds
 gathers what comes due meanwhile into one claim instead of many claims of a row or two.
-The interval bounds the lateness it adds. A claim that got nothing sleeps until the
+The interval bounds the lateness it adds. Slots are gathered the same way: with fewer than
+half a claim's worth free (`batch_size` or the lane's concurrency, whichever is less), the
+next claim waits up to `claim_interval` for more to free. Tasks just started still count
+as running until the event loop gets to them, so claiming at once would take whatever the
+last claim left over: claims of 44, 56, 44, 56... rows at 10,000 tasks/s due, twice the
+claims for the same work. A claim that got nothing sleeps until the
 earliest of: the lane's next due time (asked of the database, measured by its clock), a
 NOTIFY for the lane, or the jittered backup poll; never sooner than `claim_interval` after
 the claim. Only due rows the claim could have taken but did not (others held them locked,
@@ -98,6 +103,9 @@ class LaneLoop:
         self.claim_interval = claim_interval
         self._notified_at = -debounce
         self._hold_until = 0.0
+        # Half a claim's worth of free slots: fewer, and the claim waits for more a while.
+        self._enough_free = max(1, min(batch_size, settings.concurrency) // 2)
+        self._short_of_slots_since: float | None = None
         self._limiter = RateLimiter(settings.rate) if settings.rate else None
         self.in_flight = 0
         self._short_claims = 0
@@ -132,6 +140,8 @@ class LaneLoop:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            if free < self._enough_free and await self._gathered_slots():
+                continue
             if self._room is not None:
                 # Outcomes waiting to be written hold leases too: let them drain first.
                 await self._room()
@@ -147,6 +157,7 @@ class LaneLoop:
                 continue
             # Cleared before claiming: a NOTIFY that lands during the claim is kept.
             self.wakeup.clear()
+            self._short_of_slots_since = None
             self.claims += 1
             sent = time.monotonic()
             try:
@@ -173,6 +184,24 @@ class LaneLoop:
                 await self._sleep_until(sent + self.claim_interval)
             else:
                 await self._sleep_until_work(sent)
+
+    async def _gathered_slots(self) -> bool:
+        """Wait, at most `claim_interval` from when the lane first came up short, for a
+        slot to free; True when one did (count again), False when the time is up (claim
+        what is free)."""
+        now = time.monotonic()
+        if self._short_of_slots_since is None:
+            self._short_of_slots_since = now
+        left = self._short_of_slots_since + self.claim_interval - now
+        if left <= 0:
+            return False
+        self._slot_freed.clear()
+        try:
+            async with asyncio.timeout(left):
+                await self._slot_freed.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def _sleep_until(self, deadline: float) -> None:
         delay = deadline - time.monotonic()
