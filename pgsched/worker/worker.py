@@ -648,12 +648,24 @@ class Worker:
             task.add_done_callback(self._background.discard)
 
     def _arm_next(self, task_ids: list[int]) -> None:
+        """Arm the next occurrence of each schedule whose task completed. What could not be
+        armed is logged with its task ids; the recurring sweep arms it within its interval."""
+        left = list(task_ids)
         try:
             with psycopg.connect(self.dsn, autocommit=True, **self.config.connect_kwargs) as conn:
-                for task_id in task_ids:
-                    arm_after_task(conn, task_id)
-        except psycopg.Error as exc:
-            log.warning("arming the next occurrence failed (%s); the sweep will", exc)
+                while left:
+                    arm_after_task(conn, left[0])
+                    left.pop(0)
+        except Exception as exc:
+            # Run in an executor whose future nobody reads: an exception not caught here
+            # would be dropped without a word.
+            log.warning(
+                "tasks %s: arming their schedules' next occurrences failed (%s); the"
+                " recurring sweep will",
+                ",".join(str(task_id) for task_id in left),
+                str(exc).strip() or type(exc).__name__,
+                extra={"task_id": left[0]},
+            )
 
     async def _rescue_loop(self, pool: AsyncConnectionPool) -> None:
         """Expired leases of this worker's lanes go back to be claimed (or to DEAD)."""
