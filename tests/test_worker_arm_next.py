@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import PgServer
 
 from pgsched.handlers import HandlerRegistry
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.worker import Worker
+
+if TYPE_CHECKING:
+    from conftest import PgServer
 
 
 def test_arming_that_fails_names_its_task_ids(
