@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
+from lane_loops import next_due_in, opened_pool
 from psycopg_pool import AsyncConnectionPool
 from redis import asyncio as redis_async
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
@@ -29,7 +28,6 @@ from pgsched.hot_tier import HotTierConfig
 from pgsched.hot_tier.claims import RedisClaimSource
 from pgsched.hot_tier.wakeups import RedisWakeups
 from pgsched.lanes import Lane
-from pgsched.queries import query
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.claims import claim_many
 from pgsched.worker.config import LaneSettings, WorkerConfig
@@ -39,16 +37,6 @@ from pgsched.worker.worker import Worker
 
 # Generous: a loop that heeds its cancel ends within a step or two of the event loop.
 ENDS_WITHIN = 10.0
-
-
-@asynccontextmanager
-async def opened_pool(dsn: str) -> AsyncIterator[AsyncConnectionPool]:
-    pool = AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
-    await pool.open(wait=True)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 async def parked_on(event: asyncio.Event) -> None:
@@ -80,13 +68,6 @@ def test_a_lane_loop_cancelled_as_a_wake_up_arrives_stops(db_dsn: str) -> None:
                     )
                 return tasks
 
-            async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
-                async with pool.connection() as conn:
-                    cur = await conn.execute(query("lane_next_due"), {"lane": lane.value})
-                    row = await cur.fetchone()
-                assert row is not None
-                return row[0], row[1]
-
             wakeup = asyncio.Event()
             lane_loop = LaneLoop(
                 Lane.NORMAL,
@@ -95,7 +76,7 @@ def test_a_lane_loop_cancelled_as_a_wake_up_arrives_stops(db_dsn: str) -> None:
                 poll_interval=60,  # nothing due: the loop waits for a wake-up
                 wakeup=wakeup,
                 claim=claim,
-                next_due=next_due,
+                next_due=next_due_in(pool),
                 start=lambda task, done: None,
             )
             claimer = asyncio.create_task(lane_loop.run())
@@ -134,13 +115,6 @@ def test_a_lane_loop_cancelled_while_its_claim_talks_to_redis_stops(
                     )
                 return tasks
 
-            async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
-                async with pool.connection() as aconn:
-                    cur = await aconn.execute(query("lane_next_due"), {"lane": lane.value})
-                    row = await cur.fetchone()
-                assert row is not None
-                return row[0], row[1]
-
             wakeup = asyncio.Event()
             lane_loop = LaneLoop(
                 Lane.NORMAL,
@@ -149,7 +123,7 @@ def test_a_lane_loop_cancelled_while_its_claim_talks_to_redis_stops(
                 poll_interval=60,
                 wakeup=wakeup,
                 claim=claim,
-                next_due=next_due,
+                next_due=next_due_in(pool),
                 start=lambda task, done: None,
             )
             claimer = asyncio.create_task(lane_loop.run())
@@ -229,16 +203,6 @@ def after_steps(steps: int, callback: Any) -> None:
         asyncio.get_running_loop().call_soon(after_steps, steps - 1, callback)
 
 
-@asynccontextmanager
-async def one_connection_pool(dsn: str) -> AsyncIterator[AsyncConnectionPool]:
-    pool = AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True})
-    await pool.open(wait=True)
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
 async def cancelled_at_hand_over(
     pool: AsyncConnectionPool, held: Any, loop_task: asyncio.Task[None], steps: int
 ) -> bool:
@@ -260,7 +224,7 @@ def test_the_outcome_buffer_cancelled_as_the_pool_hands_it_a_connection_stops(
 ) -> None:
     async def scenario() -> list[int]:
         ran_on = []
-        async with one_connection_pool(db_dsn) as pool:
+        async with opened_pool(db_dsn, max_size=1) as pool:
             for steps in HAND_OVER_STEPS:
                 held = await pool.getconn()
                 buffer = OutcomeBuffer(
@@ -281,7 +245,7 @@ def test_the_ledger_writer_cancelled_as_the_pool_hands_it_a_connection_stops(
 ) -> None:
     async def scenario() -> list[int]:
         ran_on = []
-        async with one_connection_pool(db_dsn) as pool:
+        async with opened_pool(db_dsn, max_size=1) as pool:
             for steps in HAND_OVER_STEPS:
                 held = await pool.getconn()
                 writer = LedgerWriter(pool, batch_size=1, window=60)
@@ -308,7 +272,7 @@ def test_the_lease_rescue_loop_cancelled_as_the_pool_hands_it_a_connection_stops
 
     async def scenario() -> list[int]:
         ran_on = []
-        async with one_connection_pool(db_dsn) as pool:
+        async with opened_pool(db_dsn, max_size=1) as pool:
             for steps in HAND_OVER_STEPS:
                 held = await pool.getconn()
                 running = asyncio.create_task(worker._rescue_loop(pool))

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -144,6 +145,17 @@ async def claim_many(
         {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
     )
     return await _claimed_rows(conn, cur)
+
+
+async def lane_next_due(
+    conn: psycopg.AsyncConnection[Any], lane: str
+) -> tuple[datetime | None, datetime]:
+    """When `lane`'s next QUEUED task is due (None: nothing queued), and the database's
+    clock now: a claim that got nothing sleeps until then by that clock."""
+    cur = await conn.execute(query("lane_next_due"), {"lane": lane})
+    row = await cur.fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 async def claim_ids(

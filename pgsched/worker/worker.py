@@ -38,7 +38,7 @@ from pgsched.startup import wait_for_current_schema
 from pgsched.sweeps import Sweeper, default_sweeps
 from pgsched.worker.cancels import CancelRequests
 from pgsched.worker.claim_loop import LaneLoop
-from pgsched.worker.claims import claim_many
+from pgsched.worker.claims import claim_many, lane_next_due
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.connections import async_pool, open_async_pool, sync_pool
 from pgsched.worker.gc_tuning import tune_gc_for_throughput
@@ -308,10 +308,7 @@ class Worker:
 
         async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
             async with pool.connection() as conn:
-                cur = await conn.execute(query("lane_next_due"), {"lane": lane.value})
-                row = await cur.fetchone()
-            assert row is not None
-            return row[0], row[1]
+                return await lane_next_due(conn, lane.value)
 
         def start(task: TaskRow, done: Any) -> None:
             if task.schedule_id is not None:
@@ -650,15 +647,16 @@ class Worker:
     def _arm_next(self, task_ids: list[int]) -> None:
         """Arm the next occurrence of each schedule whose task completed. What could not be
         armed is logged with its task ids; the recurring sweep arms it within its interval."""
-        left = list(task_ids)
+        armed = 0
         try:
             with psycopg.connect(self.dsn, autocommit=True, **self.config.connect_kwargs) as conn:
-                while left:
-                    arm_after_task(conn, left[0])
-                    left.pop(0)
+                for task_id in task_ids:
+                    arm_after_task(conn, task_id)
+                    armed += 1
         except Exception as exc:
             # Run in an executor whose future nobody reads: an exception not caught here
             # would be dropped without a word.
+            left = task_ids[armed:]
             log.warning(
                 "tasks %s: arming their schedules' next occurrences failed (%s); the"
                 " recurring sweep will",

@@ -1,0 +1,36 @@
+"""Shared by the tests that drive a `LaneLoop` in-process against the test's database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+
+from psycopg_pool import AsyncConnectionPool
+
+from pgsched.lanes import Lane
+from pgsched.worker.claims import lane_next_due
+
+
+@asynccontextmanager
+async def opened_pool(dsn: str, max_size: int = 2) -> AsyncIterator[AsyncConnectionPool]:
+    pool = AsyncConnectionPool(
+        dsn, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open(wait=True)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def next_due_in(
+    pool: AsyncConnectionPool,
+) -> Callable[[Lane], Awaitable[tuple[datetime | None, datetime]]]:
+    """A loop's `next_due`, asked on a connection of `pool`."""
+
+    async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
+        async with pool.connection() as conn:
+            return await lane_next_due(conn, lane.value)
+
+    return next_due
