@@ -79,6 +79,10 @@ SELECT pgsched.timezone_problem(%(timezone)s) AS problem;
 
 -- name: task_claim_many
 -- done_by: the task that already completed this (tenant, type, key); its run is a no-op.
+-- Looked up in the ledger's key one claimed row at a time (a subquery: the key makes it
+-- one row at most). As a join it was planned for the 1,000 rows a set-returning function
+-- is assumed to return, so each claim hashed the whole ledger, which grows with keyed work
+-- until retention prunes it.
 -- payload and metadata travel as JSON text: the worker decodes them only if a handler
 -- reads them (many never read metadata; a no-op never reads either).
 -- Column names are TaskRow's field names: the worker binds them by name.
@@ -97,14 +101,16 @@ SELECT
     c.lease_token,
     c.schedule_id,
     c.scope,
-    w.task_id AS done_by
-FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s) AS c
-LEFT JOIN pgsched.completed_work AS w
-    ON
-        c.idempotency_key IS NOT NULL
-        AND c.tenant_id = w.tenant_id
-        AND c.task_type = w.task_type
-        AND c.idempotency_key = w.idempotency_key;
+    (
+        SELECT cw.task_id
+        FROM pgsched.completed_work AS cw
+        WHERE
+            c.idempotency_key IS NOT NULL
+            AND cw.tenant_id = c.tenant_id
+            AND cw.task_type = c.task_type
+            AND cw.idempotency_key = c.idempotency_key
+    ) AS done_by
+FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s) AS c;
 
 -- name: task_claim_ids
 -- The ids a worker popped from the Redis hot tier, claimed if still QUEUED and due: the
@@ -124,14 +130,16 @@ SELECT
     c.lease_token,
     c.schedule_id,
     c.scope,
-    w.task_id AS done_by
-FROM pgsched.task_claim_ids(%(lane)s, %(ids)s::bigint[], %(worker)s, %(lease)s) AS c
-LEFT JOIN pgsched.completed_work AS w
-    ON
-        c.idempotency_key IS NOT NULL
-        AND c.tenant_id = w.tenant_id
-        AND c.task_type = w.task_type
-        AND c.idempotency_key = w.idempotency_key;
+    (
+        SELECT cw.task_id
+        FROM pgsched.completed_work AS cw
+        WHERE
+            c.idempotency_key IS NOT NULL
+            AND cw.tenant_id = c.tenant_id
+            AND cw.task_type = c.task_type
+            AND cw.idempotency_key = c.idempotency_key
+    ) AS done_by
+FROM pgsched.task_claim_ids(%(lane)s, %(ids)s::bigint[], %(worker)s, %(lease)s) AS c;
 
 -- name: hot_tier_window
 -- The ids the Redis mirror of a lane holds, in claim order; db_now is the clock they were
