@@ -121,11 +121,12 @@ fi
 stamp=.venv/.pgsched-setup
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]] ||
-    ! .venv/bin/python -c 'import pgsched, pytest_postgresql, pgqueuer, procrastinate' >/dev/null 2>&1; then
+    ! .venv/bin/python -c 'import pgsched, pytest_postgresql, pgqueuer, procrastinate, mkdocs_click' >/dev/null 2>&1; then
     # The bench extra too: the tests run the benchmarks' smoke forms and their peers' setup.
-    say "installing pgsched (editable) with its dev and bench dependencies into .venv"
+    # The docs extra: CI builds the site (mkdocs build --strict).
+    say "installing pgsched (editable) with its dev, bench and docs dependencies into .venv"
     .venv/bin/python -m pip install --disable-pip-version-check -q --upgrade pip
-    .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[dev,bench]'
+    .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[dev,bench,docs]'
     echo "$want" >"$stamp"
 fi
 
