@@ -9,6 +9,7 @@
 #   faketime (optional)         the clock-skew tests shift a process's host clock
 #   redis-server                the Redis hot tier's tests start their own throwaway server
 #   pgbouncer                   the transaction-pooler tests start their own throwaway one
+#   nodejs, npm                 the docs' JavaScript examples run under Node.js (pg package)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -72,6 +73,16 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [[ ! -x /usr/sbin/pgbouncer ]]; the
     fi
 fi
 
+# The JavaScript examples of the docs (tests/test_docs_examples.py) run under Node.js;
+# without it they are skipped, saying so.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        missing+=(nodejs npm)
+    else
+        say "optional: sudo apt-get install -y nodejs npm (for the docs' JavaScript examples)"
+    fi
+fi
+
 if ((${#missing[@]} > 0)); then
     if is_root && command -v apt-get >/dev/null 2>&1; then
         apt_install "${missing[@]}"
@@ -128,6 +139,14 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]] ||
     .venv/bin/python -m pip install --disable-pip-version-check -q --upgrade pip
     .venv/bin/python -m pip install --disable-pip-version-check -q -e '.[dev,bench,docs]'
     echo "$want" >"$stamp"
+fi
+
+# The pg package for the docs' JavaScript examples, kept inside .venv (git ignores it).
+docs_node=.venv/docs-node
+if command -v npm >/dev/null 2>&1 && [[ ! -d "$docs_node/node_modules/pg" ]]; then
+    say "installing the pg package for Node.js into $docs_node"
+    npm install --no-audit --no-fund --silent --prefix "$docs_node" pg@8.23.1 >/dev/null ||
+        say "npm install pg failed: the docs' JavaScript examples install it themselves"
 fi
 
 say "ready: $(.venv/bin/python --version), PostgreSQL $(compgen -G '/usr/lib/postgresql/*/bin' | sed 's#.*/postgresql/\([0-9]*\)/bin#\1#' | sort -n | tail -1)"
