@@ -67,6 +67,12 @@ CREATE FUNCTION pgsched.cancel_actor(actor text) RETURNS text
 $$;
 
 --
+-- Name: FUNCTION cancel_actor(actor text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.cancel_actor(actor text) IS 'Who cancels, as recorded: the actor a caller names (a dashboard user) together with the database role that made the call.';
+
+--
 -- Name: cancel_input_problem(text, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -80,6 +86,12 @@ CREATE FUNCTION pgsched.cancel_input_problem(reason text, actor text) RETURNS te
 $$;
 
 --
+-- Name: FUNCTION cancel_input_problem(reason text, actor text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.cancel_input_problem(reason text, actor text) IS 'Why a cancel''s reason or actor is refused, or NULL (they end up on the record; at most 1000 characters).';
+
+--
 -- Name: cancel_task(bigint, text, timestamp with time zone, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -90,6 +102,12 @@ CREATE FUNCTION pgsched.cancel_task(task_id bigint, reason text DEFAULT 'cancell
     SELECT cancel_task.task_id
       FROM pgsched.cancel_task_ex(cancel_task.task_id, cancel_task.reason, cancel_task.actor, cancel_task.as_of)
 $$;
+
+--
+-- Name: FUNCTION cancel_task(task_id bigint, reason text, as_of timestamp with time zone, actor text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.cancel_task(task_id bigint, reason text, as_of timestamp with time zone, actor text) IS 'Cancel one task; returns its id. Not started: CANCELLED now; running: its worker is asked to stop it (cancel_task_ex says which). A finished task is refused (55000), an unknown id (P0002), another tenant''s task for a tenant-bound login (42501).';
 
 --
 -- Name: cancel_task_ex(bigint, text, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -210,6 +228,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION cancel_task_ex(task_id bigint, reason text, actor text, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.cancel_task_ex(task_id bigint, reason text, actor text, as_of timestamp with time zone) IS 'Cancel one task; returns outcome and detail: CANCELLED (it had not started), CANCEL_REQUESTED (running: its worker is asked to stop it, NOTIFY pgsched_cancel), FAN_OUT_CANCELLED (a fan-out''s unfinished tenants cancelled or asked to stop). actor is recorded together with the database role. Refusals as cancel_task.';
+
+--
 -- Name: cancel_tasks(text, text, text, timestamp with time zone, timestamp with time zone, text, text, boolean, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -300,6 +324,12 @@ BEGIN
     RETURN QUERY SELECT n_cancelled, cardinality(pgsched.task_request_cancel(busy, why, who, t))::bigint;
 END;
 $$;
+
+--
+-- Name: FUNCTION cancel_tasks(task_type text, tenant_id text, idempotency_key text, due_from timestamp with time zone, due_until timestamp with time zone, reason text, actor text, dry_run boolean, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.cancel_tasks(task_type text, tenant_id text, idempotency_key text, due_from timestamp with time zone, due_until timestamp with time zone, reason text, actor text, dry_run boolean, as_of timestamp with time zone) IS 'Cancel every unfinished task matching the filters (at least one): task type, tenant, idempotency key, due time in [due_from, due_until). Not started: CANCELLED; running: asked to stop. dry_run counts without changing anything. Returns the counts; a tenant-bound login acts on its own tenants'' tasks only.';
 
 --
 -- Name: cron_field_values(text, text, integer); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -406,6 +436,12 @@ END;
 $_$;
 
 --
+-- Name: FUNCTION cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.cron_field_values(cron_expression text, field text, field_no integer, OUT problem text, OUT field_values integer[]) IS 'One field of a cron expression: why it is refused (problem), or the values it lists. Used by cron_problem.';
+
+--
 -- Name: cron_problem(text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -451,6 +487,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION cron_problem(cron_expression text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.cron_problem(cron_expression text) IS 'Why a cron expression is refused, or NULL. One grammar with pgsched/cron.py: five fields, ranges, steps, lists, month and weekday names, ? for a day field, 7 for Sunday; refused: R, H, L, W, #, a step larger than its field, a backward range, an expression that never fires.';
+
+--
 -- Name: dead_discard(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -469,6 +511,12 @@ BEGIN
     RETURN dead_discard.task_id;
 END;
 $$;
+
+--
+-- Name: FUNCTION dead_discard(task_id bigint, reason text, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.dead_discard(task_id bigint, reason text, as_of timestamp with time zone) IS 'Discard a DEAD task: CANCELLED, recorded with the reason. Returns its id.';
 
 --
 -- Name: dead_retry(bigint, text, boolean, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -516,6 +564,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.dead_retry(task_id bigint, task_type text, all_tasks boolean, reason text, as_of timestamp with time zone) IS 'Retry DEAD (FAILED) tasks: one id, a task type, or all_tasks; due now and routed as a new task (QUEUED), attempts starting over, recorded with the reason; the lanes are woken. Returns the ids retried.';
+
+--
 -- Name: event_partitions(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -543,6 +597,12 @@ CREATE FUNCTION pgsched.event_partitions() RETURNS TABLE(partition_name text, lo
 $_$;
 
 --
+-- Name: FUNCTION event_partitions(); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.event_partitions() IS 'task_events'' partitions and their bounds (lower_bound NULL: the archive; both NULL: the default partition, whose rows are counted up to 100,000; others: the planner''s estimate).';
+
+--
 -- Name: event_partitions_status(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -565,6 +625,12 @@ CREATE FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone D
 $$;
 
 --
+-- Name: FUNCTION event_partitions_status(as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.event_partitions_status(as_of timestamp with time zone) IS 'How far ahead task_events is covered as of as_of: the period, whether the current period has a partition, how many whole periods after it do, and the default partition''s rows. pgsched doctor reads it.';
+
+--
 -- Name: event_period_start(timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -575,6 +641,12 @@ CREATE FUNCTION pgsched.event_period_start(t timestamp with time zone, period in
                 ELSE to_timestamp(floor(extract(EPOCH FROM t) / extract(EPOCH FROM period))
                                   * extract(EPOCH FROM period)) END
 $$;
+
+--
+-- Name: FUNCTION event_period_start(t timestamp with time zone, period interval); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.event_period_start(t timestamp with time zone, period interval) IS 'The first instant of the partition period holding t: a week from Monday (UTC), or a UTC day or a part of one that divides it.';
 
 --
 -- Name: finished_partitions(); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -604,6 +676,12 @@ CREATE FUNCTION pgsched.finished_partitions() RETURNS TABLE(partition_name text,
 $_$;
 
 --
+-- Name: FUNCTION finished_partitions(); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.finished_partitions() IS 'tasks_finished''s partitions and their bounds, as event_partitions lists task_events''.';
+
+--
 -- Name: finished_partitions_maintain(integer, interval, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -617,6 +695,12 @@ CREATE FUNCTION pgsched.finished_partitions_maintain(ahead integer DEFAULT 3, ke
         'finished_partitions_maintain', 'pgsched.tasks_finished', 'pgsched.finished_partitions', NULL,
         ahead, keep, as_of, lock_wait)
 $$;
+
+--
+-- Name: FUNCTION finished_partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.finished_partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) IS 'The retention sweep: makes the partitions of tasks_finished for the next ahead periods and drops those wholly older than keep, with their tasks'' idempotency keys. Waits at most lock_wait for the lock; a lock not granted changes nothing. 22023 on bad arguments.';
 
 --
 -- Name: finished_partitions_status(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -639,6 +723,12 @@ CREATE FUNCTION pgsched.finished_partitions_status(as_of timestamp with time zon
            (SELECT p.approx_rows FROM pgsched.finished_partitions() AS p WHERE p.is_default)
       FROM s
 $$;
+
+--
+-- Name: FUNCTION finished_partitions_status(as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.finished_partitions_status(as_of timestamp with time zone) IS 'How far ahead tasks_finished is covered as of as_of, as event_partitions_status says for task_events. pgsched doctor reads it.';
 
 --
 -- Name: hot_tier_due_by_ids(bigint[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -681,6 +771,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.hot_tier_due_by_ids(ids bigint[], as_of timestamp with time zone) IS 'Which of these ids the Redis mirror holds: QUEUED, due within the immediate window, on a lane it serves; a producer''s login learns only of its own tenants'' tasks.';
+
+--
 -- Name: hot_tier_lane_usable(pgsched.task_lane); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -692,6 +788,12 @@ CREATE FUNCTION pgsched.hot_tier_lane_usable(lane pgsched.task_lane) RETURNS boo
            AND NOT EXISTS (SELECT 1 FROM pgsched.task_limits)
       FROM pgsched.settings AS s
 $$;
+
+--
+-- Name: FUNCTION hot_tier_lane_usable(lane pgsched.task_lane); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.hot_tier_lane_usable(lane pgsched.task_lane) IS 'Whether claims by id (the Redis hot tier) may serve a lane: fairness off and no task limits.';
 
 --
 -- Name: hot_tier_window(pgsched.task_lane, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -727,6 +829,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.hot_tier_window(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) IS 'The Redis mirror''s pass: the ids of a lane QUEUED and due within the immediate window, at most max_tasks, in claim order, with the database''s now.';
+
+--
 -- Name: lane_for(integer, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -741,6 +849,12 @@ CREATE FUNCTION pgsched.lane_for(priority integer, lane text DEFAULT NULL::text)
         ELSE 'LOW'::pgsched.task_lane
     END
 $$;
+
+--
+-- Name: FUNCTION lane_for(priority integer, lane text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.lane_for(priority integer, lane text) IS 'The lane of a task: BATCH when asked for, else from the priority (8+ HIGH, 4-7 NORMAL, 0-3 LOW).';
 
 --
 -- Name: lane_next_due(pgsched.task_lane); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -761,6 +875,12 @@ CREATE FUNCTION pgsched.lane_next_due(lane pgsched.task_lane) RETURNS TABLE(next
 $$;
 
 --
+-- Name: FUNCTION lane_next_due(lane pgsched.task_lane); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.lane_next_due(lane pgsched.task_lane) IS 'When a lane next has work, and the database''s now: the worker sleeps exactly until then.';
+
+--
 -- Name: lane_priorities(pgsched.task_lane); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -774,6 +894,12 @@ CREATE FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) RETURNS integer[
         ELSE ARRAY[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
     END
 $$;
+
+--
+-- Name: FUNCTION lane_priorities(lane pgsched.task_lane); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) IS 'The priorities of a lane, highest first (the claim reads one index range per priority).';
 
 --
 -- Name: lane_set_fairness(pgsched.task_lane, boolean); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -795,6 +921,12 @@ BEGIN
     RETURN lane_set_fairness.fair;
 END;
 $$;
+
+--
+-- Name: FUNCTION lane_set_fairness(lane pgsched.task_lane, fair boolean); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.lane_set_fairness(lane pgsched.task_lane, fair boolean) IS 'Turn fair claims on or off for one lane (on by default): on, a claim shares its batch between the tenants with work queued.';
 
 --
 -- Name: lease_rescue_expired(pgsched.task_lane, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -867,6 +999,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.lease_rescue_expired(lane pgsched.task_lane, max_tasks integer, as_of timestamp with time zone) IS 'The rescue sweep: PROCESSING tasks of a lane (NULL: every lane) whose lease expired go back to the tier of their due time, or to FAILED with worker lost when their attempts are used up; one asked to stop is CANCELLED. At most max_tasks; returns how many were rescued.';
+
+--
 -- Name: limit_clear(text, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -883,6 +1021,12 @@ BEGIN
     RETURN FOUND;
 END;
 $$;
+
+--
+-- Name: FUNCTION limit_clear(scope text, key text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.limit_clear(scope text, key text) IS 'Remove the limits of one task type or tenant; false when it had none.';
 
 --
 -- Name: limit_list(); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -902,6 +1046,12 @@ CREATE FUNCTION pgsched.limit_list() RETURNS TABLE(scope text, key text, max_pro
       FROM pgsched.task_limits AS l
      ORDER BY l.scope, l.key
 $$;
+
+--
+-- Name: FUNCTION limit_list(); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.limit_list() IS 'Every limit, with what is PROCESSING under it now.';
 
 --
 -- Name: limit_room(integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -926,6 +1076,12 @@ CREATE FUNCTION pgsched.limit_room(max_tasks integer, t timestamp with time zone
 $$;
 
 --
+-- Name: FUNCTION limit_room(max_tasks integer, t timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.limit_room(max_tasks integer, t timestamp with time zone) IS 'How many more tasks each limit lets a claim take now (at most max_tasks); used by the claims.';
+
+--
 -- Name: task_limits; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -944,6 +1100,12 @@ CREATE TABLE pgsched.task_limits (
     CONSTRAINT task_limits_rate_range CHECK ((rate >= 1)),
     CONSTRAINT task_limits_scope_known CHECK ((scope = ANY (ARRAY['task_type'::text, 'tenant'::text])))
 );
+
+--
+-- Name: TABLE task_limits; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.task_limits IS 'Limits per task type or tenant, read by every claim: max_processing at once and a claim rate (a token bucket).';
 
 --
 -- Name: limit_set(text, text, integer, integer, text); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1003,6 +1165,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION limit_set(scope text, key text, max_processing integer, rate integer, per text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.limit_set(scope text, key text, max_processing integer, rate integer, per text) IS 'Set (or replace) the limits of one task type or tenant: max_processing tasks PROCESSING at once across all workers, and/or rate claims per second or minute (a token bucket). A bad field is refused with 22023 naming it.';
+
+--
 -- Name: limit_tokens(pgsched.task_limits, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1016,6 +1184,12 @@ CREATE FUNCTION pgsched.limit_tokens(l pgsched.task_limits, t timestamp with tim
         * l.rate / extract(EPOCH FROM l.rate_period)
     ) END
 $$;
+
+--
+-- Name: FUNCTION limit_tokens(l pgsched.task_limits, t timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.limit_tokens(l pgsched.task_limits, t timestamp with time zone) IS 'The tokens a limit''s rate bucket holds at t: refilled at rate per period, up to a tenth of the rate (at least 1).';
 
 --
 -- Name: login_acts_for_all_tenants(); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1032,6 +1206,12 @@ CREATE FUNCTION pgsched.login_acts_for_all_tenants() RETURNS boolean
 $$;
 
 --
+-- Name: FUNCTION login_acts_for_all_tenants(); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.login_acts_for_all_tenants() IS 'Whether the session''s login acts for every tenant: superusers, the pgsched schema''s owner and pgsched_admin members do; any other login needs the binding tenant_id ''*''.';
+
+--
 -- Name: occurrence_is_live(bigint); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1044,6 +1224,12 @@ CREATE FUNCTION pgsched.occurrence_is_live(task_id bigint) RETURNS boolean
            AND (tk.id = occurrence_is_live.task_id OR tk.parent_id = occurrence_is_live.task_id)
     )
 $$;
+
+--
+-- Name: FUNCTION occurrence_is_live(task_id bigint); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.occurrence_is_live(task_id bigint) IS 'Whether a recurring occurrence is still live: its task, or any tenant''s child of its fan-out, is still to run or running.';
 
 --
 -- Name: partitions_maintain(integer, interval, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1061,6 +1247,12 @@ CREATE FUNCTION pgsched.partitions_maintain(ahead integer DEFAULT 3, keep interv
         ' AND tk.status IN (''PENDING'', ''QUEUED'', ''PROCESSING'', ''FAILED''))',
         ahead, keep, as_of, lock_wait)
 $$;
+
+--
+-- Name: FUNCTION partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.partitions_maintain(ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) IS 'The retention sweep: makes the partitions of task_events for the next ahead periods and drops those wholly older than keep, copying the events of live and DEAD tasks to task_events_archive first. Waits at most lock_wait for the lock; a lock not granted changes nothing. 22023 on bad arguments.';
 
 --
 -- Name: producer_tenant_problem(text[]); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1091,6 +1283,12 @@ CREATE FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) RETURNS text
              LIMIT 1)
     END
 $$;
+
+--
+-- Name: FUNCTION producer_tenant_problem(tenant_ids text[]); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.producer_tenant_problem(tenant_ids text[]) IS 'Why the session''s login may not act for these tenants, or NULL. Fails closed: a login bound to no tenant (pgsched.producer_tenants) acts for none, and the message gives the binding an admin would add.';
 
 --
 -- Name: retention_prune(interval, integer, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1159,6 +1357,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION retention_prune(keep interval, max_rows integer, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.retention_prune(keep interval, max_rows integer, as_of timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys, occurrences and ledger rows no longer used) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
+
+--
 -- Name: route(timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1168,6 +1372,12 @@ CREATE FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp w
     SELECT pgsched.tier_of(route.run_at, h.immediate_until, h.hot_until)
       FROM pgsched.tier_horizons(route.as_of) AS h
 $$;
+
+--
+-- Name: FUNCTION route(run_at timestamp with time zone, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.route(run_at timestamp with time zone, as_of timestamp with time zone) IS 'The route a due time takes as of as_of (default now): IMMEDIATE (within settings.immediate_window), HOT (within settings.hot_window) or COLD.';
 
 --
 -- Name: run_at_problem(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1183,6 +1393,12 @@ CREATE FUNCTION pgsched.run_at_problem(run_at timestamp with time zone) RETURNS 
             run_at::text)
     END
 $$;
+
+--
+-- Name: FUNCTION run_at_problem(run_at timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.run_at_problem(run_at timestamp with time zone) IS 'Why a due time is refused, or NULL: it must lie in [1970-01-01, 9999-01-01) UTC, so that every reading of it, in any zone, fits a client''s datetime.';
 
 --
 -- Name: schedule_arm(bigint, bigint, timestamp with time zone, timestamp with time zone[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1250,6 +1466,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_arm(schedule_id bigint, expected_task_id bigint, fire_at timestamp with time zone, missed timestamp with time zone[], as_of timestamp with time zone) IS 'The recurring sweep or a worker arms one occurrence of a schedule: a compare-and-set on the armed task (expected_task_id, NULL for none yet), so two processes racing arm it once; missed fire times are recorded per the misfire policy. Returns the new task id, or NULL when someone else armed it first or the schedule is disabled.';
+
+--
 -- Name: schedule_cancel_armed(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1264,6 +1486,12 @@ CREATE FUNCTION pgsched.schedule_cancel_armed(schedule_id bigint, reason text, a
        AND tk.status IN ('PENDING', 'QUEUED')
     RETURNING tk.id
 $$;
+
+--
+-- Name: FUNCTION schedule_cancel_armed(schedule_id bigint, reason text, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_cancel_armed(schedule_id bigint, reason text, as_of timestamp with time zone) IS 'Cancel a schedule''s armed occurrence if it has not started; returns its id, or NULL. Used by schedule_pause and schedule_delete.';
 
 --
 -- Name: schedule_delete(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1294,6 +1522,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION schedule_delete(schedule_id bigint, reason text, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_delete(schedule_id bigint, reason text, as_of timestamp with time zone) IS 'Delete a recurring schedule: its armed occurrence cancelled if it has not started, the row gone, a ''deleted'' row in schedule_events; its events and its tasks'' history stay. An unknown id is refused (P0002).';
+
+--
 -- Name: schedule_enable(bigint, boolean, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1312,6 +1546,12 @@ CREATE FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean DEFA
     SELECT e.id, coalesce(as_of, now()), CASE WHEN schedule_enable.enabled THEN 'enabled' ELSE 'disabled' END
       FROM e
 $$;
+
+--
+-- Name: FUNCTION schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_enable(schedule_id bigint, enabled boolean, as_of timestamp with time zone) IS 'The older switch of migration 0005: sets a schedule''s enabled flag (clearing a quarantine when enabling) and writes an ''enabled'' or ''disabled'' event, leaving an armed occurrence to run. Prefer schedule_pause and schedule_resume.';
 
 --
 -- Name: schedule_pause(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1344,6 +1584,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION schedule_pause(schedule_id bigint, reason text, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_pause(schedule_id bigint, reason text, as_of timestamp with time zone) IS 'Pause a recurring schedule: disabled, its armed occurrence cancelled if it has not started (one running finishes, and is not re-armed); a ''paused'' row in schedule_events with the reason. An unknown id is refused (P0002).';
+
+--
 -- Name: schedule_quarantine(bigint, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1360,6 +1606,12 @@ CREATE FUNCTION pgsched.schedule_quarantine(schedule_id bigint, reason text, as_
     INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what, detail)
     SELECT q.id, coalesce(as_of, now()), 'quarantined', reason FROM q
 $$;
+
+--
+-- Name: FUNCTION schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_quarantine(schedule_id bigint, reason text, as_of timestamp with time zone) IS 'The recurring sweep takes a broken schedule out of service (disabled, quarantine_reason, a schedule_events row); every other schedule keeps firing.';
 
 --
 -- Name: schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamp with time zone, timestamp with time zone, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1436,6 +1688,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_recurring(task_type text, cron_expression text, timezone text, payload jsonb, tenant_id text, priority integer, idempotency_key text, misfire_policy text, max_attempts bigint, lane text, metadata jsonb, catch_up_limit integer, first_fire_at timestamp with time zone, as_of timestamp with time zone, scope text, product text) IS 'Create a recurring schedule: a five-field cron expression in an IANA zone, a task type and its payload, a misfire policy (run_once, skip, catch_up with catch_up_limit). With first_fire_at the first occurrence is armed in the same transaction; without it the recurring sweep, woken by NOTIFY pgsched_recurring, arms it. An idempotency key the tenant already used returns that schedule''s id. Returns the schedule id.';
+
+--
 -- Name: schedule_resume(bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1461,6 +1719,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION schedule_resume(schedule_id bigint, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_resume(schedule_id bigint, as_of timestamp with time zone) IS 'Resume a recurring schedule: enabled, its quarantine cleared, a ''resumed'' row in schedule_events, and NOTIFY pgsched_recurring so the sweeper arms it at once. An unknown id is refused (P0002).';
+
+--
 -- Name: schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1475,6 +1739,12 @@ CREATE FUNCTION pgsched.schedule_task(task_type text, payload jsonb DEFAULT '{}'
           schedule_task.lane, schedule_task.metadata, schedule_task.as_of, schedule_task.scope,
           schedule_task.product) AS e
 $$;
+
+--
+-- Name: FUNCTION schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_task(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs.';
 
 --
 -- Name: schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1541,6 +1811,12 @@ BEGIN
     RETURN QUERY SELECT new_id, TRUE;
 END;
 $$;
+
+--
+-- Name: FUNCTION schedule_task_ex(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_task_ex(task_type text, payload jsonb, run_at timestamp with time zone, tenant_id text, priority integer, idempotency_key text, max_attempts bigint, lane text, metadata jsonb, as_of timestamp with time zone, scope text, product text) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key (that task''s id comes back, unchanged).';
 
 --
 -- Name: schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[]); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1665,6 +1941,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedule_tasks(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], as_of timestamp with time zone, scopes text[], products text[]) IS 'Schedule many tasks in one statement: parallel arrays, one element per task (every array one-dimensional), with the checks, routing and idempotency of schedule_task. Returns (ordinal, task_id, created) per input row, ordinal 1-based. One bad row refuses the whole batch, naming it: row N of the batch.';
+
+--
 -- Name: schedules; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1694,6 +1976,12 @@ CREATE TABLE pgsched.schedules (
 );
 
 --
+-- Name: TABLE schedules; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.schedules IS 'Recurring schedules: a cron expression and an IANA zone, the task to arm, the misfire policy, enabled, quarantine_reason and the armed task.';
+
+--
 -- Name: schedules_unarmed(integer); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1706,6 +1994,12 @@ CREATE FUNCTION pgsched.schedules_unarmed(max_rows integer DEFAULT 500) RETURNS 
      ORDER BY s.id
      LIMIT max_rows
 $$;
+
+--
+-- Name: FUNCTION schedules_unarmed(max_rows integer); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.schedules_unarmed(max_rows integer) IS 'The recurring sweep: enabled schedules with no live occurrence (new, resumed, their occurrence finished, or left unarmed by a crash).';
 
 --
 -- Name: sweep_leader_acquire(text, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1739,6 +2033,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION sweep_leader_acquire(holder text, lease interval, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.sweep_leader_acquire(holder text, lease interval, as_of timestamp with time zone) IS 'A sweeper tries to take the leader lease: granted by compare-and-set when the lease is free or expired, each takeover incrementing the generation. Returns whether it was acquired, the generation, the holder and when the lease expires.';
+
+--
 -- Name: sweep_leader_fence(text, bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1765,6 +2065,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION sweep_leader_fence(holder text, generation bigint, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.sweep_leader_fence(holder text, generation bigint, as_of timestamp with time zone) IS 'Run in the same transaction before a leader''s writes: refuses a holder or generation that is no longer current, and holds off a takeover while the transaction runs.';
+
+--
 -- Name: sweep_leader_lease_problem(text, interval); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1778,6 +2084,12 @@ CREATE FUNCTION pgsched.sweep_leader_lease_problem(holder text, lease interval) 
             THEN 'lease must be between 1 second and 1 hour'
     END
 $$;
+
+--
+-- Name: FUNCTION sweep_leader_lease_problem(holder text, lease interval); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.sweep_leader_lease_problem(holder text, lease interval) IS 'Why a holder name or lease length is refused, or NULL.';
 
 --
 -- Name: sweep_leader_release(text, bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1794,6 +2106,12 @@ BEGIN
     RETURN FOUND;
 END;
 $$;
+
+--
+-- Name: FUNCTION sweep_leader_release(holder text, generation bigint, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.sweep_leader_release(holder text, generation bigint, as_of timestamp with time zone) IS 'The leader lets its lease go on a clean stop, so the next sweeper takes over at once; returns whether it held it.';
 
 --
 -- Name: sweep_leader_renew(text, bigint, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1822,6 +2140,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION sweep_leader_renew(holder text, generation bigint, lease interval, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.sweep_leader_renew(holder text, generation bigint, lease interval, as_of timestamp with time zone) IS 'The leader renews its lease (holder and generation must match); returns the new expiry, or NULL when the lease is no longer its own.';
+
+--
 -- Name: system_identifier(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1831,6 +2155,12 @@ CREATE FUNCTION pgsched.system_identifier() RETURNS text
     AS $$
     SELECT system_identifier::text FROM pg_control_system()
 $$;
+
+--
+-- Name: FUNCTION system_identifier(); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.system_identifier() IS 'The Postgres system identifier, which the Redis mirror records so that a mirror built from another database is recognised.';
 
 --
 -- Name: task_cancel_requested(bigint[]); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1846,6 +2176,12 @@ CREATE FUNCTION pgsched.task_cancel_requested(task_ids bigint[]) RETURNS SETOF b
        AND tk.id = ANY(task_cancel_requested.task_ids)
        AND tk.cancel_requested_at IS NOT NULL
 $$;
+
+--
+-- Name: FUNCTION task_cancel_requested(task_ids bigint[]); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_cancel_requested(task_ids bigint[]) IS 'Which of these tasks (a worker''s running ones) were asked to stop: the heartbeat''s backstop for a lost NOTIFY pgsched_cancel.';
 
 --
 -- Name: task_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
@@ -1901,6 +2237,12 @@ CREATE TABLE pgsched.tasks (
     CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
 )
 PARTITION BY LIST (status);
+
+--
+-- Name: TABLE tasks; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.tasks IS 'Every task, one row each, list-partitioned by status: the status is the tier (tasks_cold, tasks_hot, tasks_finished, tasks_done). Write through this table, never a partition: a trigger checks and records every transition.';
 
 --
 -- Name: task_claim_ids(pgsched.task_lane, bigint[], text, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1977,6 +2319,12 @@ BEGIN
      ORDER BY a.pos;
 END;
 $$;
+
+--
+-- Name: FUNCTION task_claim_ids(lane pgsched.task_lane, ids bigint[], worker text, lease interval, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_claim_ids(lane pgsched.task_lane, ids bigint[], worker text, lease interval, as_of timestamp with time zone) IS 'A worker claims these ids of a lane (popped from the Redis hot tier): as task_claim_many, only rows still QUEUED in that lane and due. Claims nothing on a lane where hot_tier_lane_usable is false.';
 
 --
 -- Name: task_claim_many(pgsched.task_lane, integer, text, interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2246,6 +2594,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_claim_many(lane pgsched.task_lane, max_tasks integer, worker text, lease interval, as_of timestamp with time zone) IS 'A worker claims up to max_tasks due tasks of a lane: QUEUED, due by the database clock, higher priority first then earliest due, shared between tenants when the lane is fair, within the task limits; FOR UPDATE SKIP LOCKED. Each becomes PROCESSING with a lease (worker, lease token, expiry) and its attempt counted; keyed tasks whose work the ledger already holds come back with done_by set.';
+
+--
 -- Name: task_content_problem(jsonb, jsonb, text, bigint); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2272,6 +2626,12 @@ CREATE FUNCTION pgsched.task_content_problem(payload jsonb, metadata jsonb, idem
             'idempotency keys starting with pgsched: are reserved for the engine'
     END
 $$;
+
+--
+-- Name: FUNCTION task_content_problem(payload jsonb, metadata jsonb, idempotency_key text, max_payload_bytes bigint); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_content_problem(payload jsonb, metadata jsonb, idempotency_key text, max_payload_bytes bigint) IS 'Why a task''s content is refused, or NULL: the payload as JSON text at most max_payload_bytes, metadata a JSON object under the same cap, an idempotency key of 1 to 200 characters.';
 
 --
 -- Name: task_fan_out(bigint, uuid, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2335,6 +2695,12 @@ BEGIN
     RETURN n;
 END;
 $$;
+
+--
+-- Name: FUNCTION task_fan_out(task_id bigint, lease_token uuid, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_fan_out(task_id bigint, lease_token uuid, as_of timestamp with time zone) IS 'A worker runs a product or global task: creates one child task per active tenant in the BATCH lane (the tenant set resolved now). A parent asked to stop does not fan out. Returns the number of children.';
 
 --
 -- Name: task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2478,6 +2844,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION task_finish_many(task_ids bigint[], lease_tokens uuid[], outcomes text[], errors text[], retry_delays interval[], as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_finish_many(task_ids bigint[], lease_tokens uuid[], outcomes text[], errors text[], retry_delays interval[], as_of timestamp with time zone) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time. Returns (task_id, applied) per report.';
+
+--
 -- Name: task_heartbeat_many(bigint[], uuid[], interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2533,6 +2905,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_heartbeat_many(task_ids bigint[], lease_tokens uuid[], lease interval, as_of timestamp with time zone) IS 'A worker renews the leases of its running tasks (a compare-and-set on the lease token); returns the ids renewed. An id missing from the result is no longer this worker''s.';
+
+--
 -- Name: task_identity_problem(text, text, integer, bigint, text, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2579,6 +2957,12 @@ CREATE FUNCTION pgsched.task_identity_problem(task_type text, tenant_id text, pr
 $_$;
 
 --
+-- Name: FUNCTION task_identity_problem(task_type text, tenant_id text, priority integer, max_attempts bigint, lane text, scope text, product text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_identity_problem(task_type text, tenant_id text, priority integer, max_attempts bigint, lane text, scope text, product text) IS 'Why a task''s identity is refused, or NULL: task type and tenant as plain identifiers (tenants starting with _ are the engine''s), priority 0 to 10, max_attempts 1 to 1000, lane, scope and product.';
+
+--
 -- Name: task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2590,6 +2974,12 @@ CREATE FUNCTION pgsched.task_input_problem(task_type text, payload jsonb, tenant
         pgsched.task_content_problem(payload, metadata, idempotency_key, max_payload_bytes)
     )
 $$;
+
+--
+-- Name: FUNCTION task_input_problem(task_type text, payload jsonb, tenant_id text, priority integer, max_attempts bigint, lane text, metadata jsonb, idempotency_key text, max_payload_bytes bigint, scope text, product text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_input_problem(task_type text, payload jsonb, tenant_id text, priority integer, max_attempts bigint, lane text, metadata jsonb, idempotency_key text, max_payload_bytes bigint, scope text, product text) IS 'Why one task''s input is refused, or NULL: task_identity_problem and task_content_problem together.';
 
 --
 -- Name: task_insert_many(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2676,6 +3066,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION task_insert_many(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], scopes text[], products text[], as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_insert_many(task_types text[], payloads jsonb[], run_ats timestamp with time zone[], tenant_ids text[], priorities integer[], idempotency_keys text[], max_attempts bigint[], lanes text[], metadatas jsonb[], scopes text[], products text[], as_of timestamp with time zone) IS 'The engine''s insert behind schedule_task and schedule_tasks, after their checks: routes each row by tier_of and honours idempotency keys. Returns (ordinal, task_id, created).';
+
+--
 -- Name: task_promote_due(integer, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2731,6 +3127,12 @@ BEGIN
     RETURN promoted;
 END;
 $$;
+
+--
+-- Name: FUNCTION task_promote_due(max_tasks integer, as_of timestamp with time zone, within interval); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_promote_due(max_tasks integer, as_of timestamp with time zone, within interval) IS 'The promotion sweep: moves up to max_tasks cold (PENDING) tasks due within the hot window into the hot tier, reading only the slice coming due. Returns how many moved.';
 
 --
 -- Name: task_record_transitions(); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2789,6 +3191,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION task_record_transitions(); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_record_transitions() IS 'Statement trigger on pgsched.tasks: refuses an illegal status change (transition_is_legal) and writes one task_events row per transition, in the same statement.';
+
+--
 -- Name: task_refuse_bad_due_times(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2810,6 +3218,12 @@ BEGIN
     RETURN NULL;
 END;
 $$;
+
+--
+-- Name: FUNCTION task_refuse_bad_due_times(); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_refuse_bad_due_times() IS 'Statement trigger on inserts into pgsched.tasks: refuses a due time run_at_problem refuses, whichever path wrote the row, naming the task type and tenant.';
 
 --
 -- Name: task_request_cancel(bigint[], text, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2851,6 +3265,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION task_request_cancel(task_ids bigint[], reason text, actor text, t timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_request_cancel(task_ids bigint[], reason text, actor text, t timestamp with time zone) IS 'Ask the workers holding these PROCESSING tasks to stop them: the request on each row (the first wins), an event and a NOTIFY pgsched_cancel per row. Returns the ids newly asked.';
+
+--
 -- Name: task_wake_overdue(interval, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2877,6 +3297,12 @@ BEGIN
                                AND tk.next_run_at < coalesce(as_of, now()) - older_than)) AS o;
 END;
 $$;
+
+--
+-- Name: FUNCTION task_wake_overdue(older_than interval, as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.task_wake_overdue(older_than interval, as_of timestamp with time zone) IS 'The rescue sweep''s safety net: wakes the lanes with due work nobody claimed for longer than older_than. Returns the lanes and their overdue counts.';
 
 --
 -- Name: tenant_add(text, text, jsonb); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2906,6 +3332,12 @@ END;
 $_$;
 
 --
+-- Name: FUNCTION tenant_add(tenant_id text, product text, metadata jsonb); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.tenant_add(tenant_id text, product text, metadata jsonb) IS 'Register a tenant, with its product and metadata; returns its id.';
+
+--
 -- Name: tenant_set_active(text, boolean); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2924,6 +3356,12 @@ END;
 $$;
 
 --
+-- Name: FUNCTION tenant_set_active(tenant_id text, active boolean); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) IS 'Activate or deactivate a tenant: an inactive tenant is left out of fan-outs. Returns its id.';
+
+--
 -- Name: tier_horizons(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2934,6 +3372,12 @@ CREATE FUNCTION pgsched.tier_horizons(as_of timestamp with time zone DEFAULT NUL
            coalesce(as_of, now()) + extract(epoch FROM s.hot_window) * INTERVAL '1 second'
       FROM pgsched.settings AS s
 $$;
+
+--
+-- Name: FUNCTION tier_horizons(as_of timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.tier_horizons(as_of timestamp with time zone) IS 'Where the IMMEDIATE and HOT routes end as of as_of (default now), from pgsched.settings.';
 
 --
 -- Name: tier_of(timestamp with time zone, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -2950,6 +3394,12 @@ CREATE FUNCTION pgsched.tier_of(run_at timestamp with time zone, immediate_until
 $$;
 
 --
+-- Name: FUNCTION tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.tier_of(run_at timestamp with time zone, immediate_until timestamp with time zone, hot_until timestamp with time zone) IS 'The route of a due time given the horizons of tier_horizons: IMMEDIATE, HOT or COLD. Every path that puts a task in a tier uses it.';
+
+--
 -- Name: tier_status(text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -2959,6 +3409,12 @@ CREATE FUNCTION pgsched.tier_status(tier text) RETURNS pgsched.task_status
     -- Enum constants, not a text-to-enum cast (only STABLE): keeps it inlinable.
     SELECT CASE WHEN tier = 'COLD' THEN 'PENDING'::pgsched.task_status ELSE 'QUEUED'::pgsched.task_status END
 $$;
+
+--
+-- Name: FUNCTION tier_status(tier text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.tier_status(tier text) IS 'The status a route gives a task: QUEUED (hot tier) for IMMEDIATE and HOT, PENDING (cold tier) for COLD.';
 
 --
 -- Name: time_partitions_maintain(text, regclass, regproc, text, integer, interval, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -3136,6 +3592,12 @@ END;
 $_$;
 
 --
+-- Name: FUNCTION time_partitions_maintain(caller text, parent regclass, listing regproc, archive_keeps text, ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.time_partitions_maintain(caller text, parent regclass, listing regproc, archive_keeps text, ahead integer, keep interval, as_of timestamp with time zone, lock_wait interval) IS 'The one body of partitions_maintain and finished_partitions_maintain (the table, its listing, what its archive keeps); callable by no role.';
+
+--
 -- Name: timezone_problem(text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -3151,6 +3613,12 @@ CREATE FUNCTION pgsched.timezone_problem(timezone text) RETURNS text
             THEN format('unknown time zone %L (use an IANA Area/Location name such as America/New_York)', timezone)
     END
 $_$;
+
+--
+-- Name: FUNCTION timezone_problem(timezone text); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.timezone_problem(timezone text) IS 'Why a time zone name is refused, or NULL: only IANA Area/Location names and UTC are accepted (abbreviations such as PST and legacy names are ambiguous).';
 
 --
 -- Name: transition_is_legal(pgsched.task_status, pgsched.task_status); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -3175,6 +3643,12 @@ CREATE FUNCTION pgsched.transition_is_legal(from_status pgsched.task_status, to_
 $$;
 
 --
+-- Name: FUNCTION transition_is_legal(from_status pgsched.task_status, to_status pgsched.task_status); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.transition_is_legal(from_status pgsched.task_status, to_status pgsched.task_status) IS 'The state machine: whether a task may go from one status to another. The transition trigger refuses any other change.';
+
+--
 -- Name: work_once(text, text, text, bigint); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -3191,6 +3665,12 @@ CREATE FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task
     )
     SELECT EXISTS (SELECT 1 FROM ins)
 $$;
+
+--
+-- Name: FUNCTION work_once(tenant_id text, task_type text, key text, task_id bigint); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.work_once(tenant_id text, task_type text, key text, task_id bigint) IS 'ctx.once(key): true the first time a (tenant, task type, key) is asked for, false ever after.';
 
 --
 -- Name: work_record_done_many(bigint[], uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -3227,6 +3707,12 @@ CREATE FUNCTION pgsched.work_record_done_many(task_ids bigint[], lease_tokens uu
 $$;
 
 --
+-- Name: FUNCTION work_record_done_many(task_ids bigint[], lease_tokens uuid[]); Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON FUNCTION pgsched.work_record_done_many(task_ids bigint[], lease_tokens uuid[]) IS 'Record in the completed-work ledger that these keyed tasks'' work is done, right after execute returned and before the batched completion; only the lease holder may record. Returns (task_id, recorded) per task.';
+
+--
 -- Name: completed_work; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3237,6 +3723,12 @@ CREATE TABLE pgsched.completed_work (
     task_id bigint NOT NULL,
     completed_at timestamp with time zone DEFAULT now() NOT NULL
 );
+
+--
+-- Name: TABLE completed_work; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.completed_work IS 'The completed-work ledger: (tenant, task type, key) of keyed work done, and ctx.once keys. A keyed task found here when claimed is completed as a recorded no-op.';
 
 --
 -- Name: fan_out_summary; Type: VIEW; Schema: pgsched; Owner: -
@@ -3255,6 +3747,12 @@ CREATE VIEW pgsched.fan_out_summary AS
   GROUP BY c.parent_id, c.task_type;
 
 --
+-- Name: VIEW fan_out_summary; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.fan_out_summary IS 'Per fan-out parent: its tenants, and how many completed, failed or are unfinished.';
+
+--
 -- Name: idempotency_keys; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3264,6 +3762,12 @@ CREATE TABLE pgsched.idempotency_keys (
     task_id bigint NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
+
+--
+-- Name: TABLE idempotency_keys; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.idempotency_keys IS 'Idempotency keys per tenant: a (tenant_id, idempotency_key) names one task.';
 
 --
 -- Name: lane_batch; Type: VIEW; Schema: pgsched; Owner: -
@@ -3301,6 +3805,12 @@ CREATE VIEW pgsched.lane_batch AS
   WHERE ((tasks.lane = 'BATCH'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
 
 --
+-- Name: VIEW lane_batch; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.lane_batch IS 'The BATCH lane''s unfinished tasks.';
+
+--
 -- Name: lane_dead; Type: VIEW; Schema: pgsched; Owner: -
 --
 
@@ -3334,6 +3844,12 @@ CREATE VIEW pgsched.lane_dead AS
     tasks.schedule_id
    FROM pgsched.tasks
   WHERE (tasks.status = 'FAILED'::pgsched.task_status);
+
+--
+-- Name: VIEW lane_dead; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.lane_dead IS 'The DEAD lane: FAILED tasks, to retry or discard.';
 
 --
 -- Name: lane_high; Type: VIEW; Schema: pgsched; Owner: -
@@ -3371,6 +3887,12 @@ CREATE VIEW pgsched.lane_high AS
   WHERE ((tasks.lane = 'HIGH'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
 
 --
+-- Name: VIEW lane_high; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.lane_high IS 'The HIGH lane''s unfinished tasks.';
+
+--
 -- Name: lane_low; Type: VIEW; Schema: pgsched; Owner: -
 --
 
@@ -3406,6 +3928,12 @@ CREATE VIEW pgsched.lane_low AS
   WHERE ((tasks.lane = 'LOW'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
 
 --
+-- Name: VIEW lane_low; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.lane_low IS 'The LOW lane''s unfinished tasks.';
+
+--
 -- Name: lane_normal; Type: VIEW; Schema: pgsched; Owner: -
 --
 
@@ -3439,6 +3967,12 @@ CREATE VIEW pgsched.lane_normal AS
     tasks.schedule_id
    FROM pgsched.tasks
   WHERE ((tasks.lane = 'NORMAL'::pgsched.task_lane) AND (tasks.status = ANY (ARRAY['PENDING'::pgsched.task_status, 'QUEUED'::pgsched.task_status, 'PROCESSING'::pgsched.task_status])));
+
+--
+-- Name: VIEW lane_normal; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.lane_normal IS 'The NORMAL lane''s unfinished tasks.';
 
 --
 -- Name: lane_summary; Type: VIEW; Schema: pgsched; Owner: -
@@ -3481,6 +4015,12 @@ CREATE VIEW pgsched.lane_summary AS
   ORDER BY l.ord;
 
 --
+-- Name: VIEW lane_summary; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.lane_summary IS 'Per lane: cold, queued, due now, processing and dead counts, and the oldest due task''s lateness; what pgsched status prints.';
+
+--
 -- Name: producer_tenants; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3488,6 +4028,12 @@ CREATE TABLE pgsched.producer_tenants (
     role_name name NOT NULL,
     tenant_id text NOT NULL
 );
+
+--
+-- Name: TABLE producer_tenants; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.producer_tenants IS 'Which tenants each login may act for (role_name, tenant_id; ''*'' for all). A login with no row acts for none.';
 
 --
 -- Name: task_events; Type: TABLE; Schema: pgsched; Owner: -
@@ -3507,6 +4053,12 @@ CREATE TABLE pgsched.task_events (
     detail text
 )
 PARTITION BY RANGE (occurred_at);
+
+--
+-- Name: TABLE task_events; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.task_events IS 'Every transition of every task (and every stale report refused), partitioned by time (settings.event_partition_period) and dropped a whole period at a time by retention.';
 
 --
 -- Name: task_runs; Type: VIEW; Schema: pgsched; Owner: -
@@ -3535,6 +4087,12 @@ CREATE VIEW pgsched.task_runs AS
   WHERE ((s.to_status = 'PROCESSING'::pgsched.task_status) AND (s.from_status <> 'PROCESSING'::pgsched.task_status));
 
 --
+-- Name: VIEW task_runs; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.task_runs IS 'One row per attempt: task, tenant, type, attempt, worker, due time, start, finish, lateness, outcome and detail.';
+
+--
 -- Name: run_history; Type: VIEW; Schema: pgsched; Owner: -
 --
 
@@ -3555,6 +4113,12 @@ CREATE VIEW pgsched.run_history AS
      LEFT JOIN pgsched.tasks t ON ((r.task_id = t.id)));
 
 --
+-- Name: VIEW run_history; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.run_history IS 'Every run with its schedule: what pgsched history and App.history read.';
+
+--
 -- Name: schedule_events; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3566,6 +4130,12 @@ CREATE TABLE pgsched.schedule_events (
     fire_at timestamp with time zone,
     detail text
 );
+
+--
+-- Name: TABLE schedule_events; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.schedule_events IS 'What happened to each schedule: paused, resumed, deleted, enabled, disabled, quarantined, missed fire times, with a detail saying who and why.';
 
 --
 -- Name: schedule_events_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
@@ -3594,6 +4164,12 @@ CREATE TABLE pgsched.schedule_occurrences (
 );
 
 --
+-- Name: TABLE schedule_occurrences; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.schedule_occurrences IS 'One row per (schedule, fire time): armed, run or MISSED; the unique key keeps an occurrence from being created twice.';
+
+--
 -- Name: schedules_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
 --
 
@@ -3618,6 +4194,12 @@ CREATE TABLE pgsched.schema_migrations (
 );
 
 --
+-- Name: TABLE schema_migrations; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.schema_migrations IS 'The migrations applied to this database, each once, with its checksum (pgsched migrate).';
+
+--
 -- Name: settings; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3635,6 +4217,12 @@ CREATE TABLE pgsched.settings (
 );
 
 --
+-- Name: TABLE settings; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.settings IS 'One row of engine settings: immediate_window and hot_window (the time router), max_payload_bytes, event_partition_period (the partitions of task_events and tasks_finished) and fairness_off_lanes.';
+
+--
 -- Name: sweep_leader; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3647,6 +4235,12 @@ CREATE TABLE pgsched.sweep_leader (
     expires_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
     CONSTRAINT sweep_leader_one_row CHECK (id)
 );
+
+--
+-- Name: TABLE sweep_leader; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.sweep_leader IS 'The sweep leader''s lease: holder, generation and expiry, taken and renewed by compare-and-set (sweep_leader_acquire, sweep_leader_renew).';
 
 --
 -- Name: task_events_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
@@ -3684,6 +4278,12 @@ CREATE TABLE pgsched.task_events_default (
 );
 
 --
+-- Name: TABLE task_events_default; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.task_events_default IS 'task_events'' default partition: any event no dated period covers. pgsched doctor warns when it holds rows.';
+
+--
 -- Name: task_timeline; Type: VIEW; Schema: pgsched; Owner: -
 --
 
@@ -3711,6 +4311,12 @@ UNION ALL
     e.worker,
     e.detail
    FROM pgsched.task_events e;
+
+--
+-- Name: VIEW task_timeline; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.task_timeline IS 'Every event of every task with its time, transition, worker, attempt and detail: what happened to task 123.';
 
 --
 -- Name: tasks_cold; Type: TABLE; Schema: pgsched; Owner: -
@@ -3756,6 +4362,12 @@ CREATE TABLE pgsched.tasks_cold (
 );
 
 --
+-- Name: TABLE tasks_cold; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.tasks_cold IS 'The cold tier: PENDING tasks due beyond the hot window. Claims never read it; the promotion sweep moves tasks coming due to tasks_hot.';
+
+--
 -- Name: tasks_done; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3797,6 +4409,12 @@ CREATE TABLE pgsched.tasks_done (
     CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
     CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
 );
+
+--
+-- Name: TABLE tasks_done; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.tasks_done IS 'The DEAD lane: FAILED tasks, kept whatever their age until retried or discarded.';
 
 --
 -- Name: tasks_finished; Type: TABLE; Schema: pgsched; Owner: -
@@ -3843,6 +4461,12 @@ CREATE TABLE pgsched.tasks_finished (
 PARTITION BY RANGE (updated_at);
 
 --
+-- Name: TABLE tasks_finished; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.tasks_finished IS 'The finished tier: COMPLETED and CANCELLED tasks, partitioned by updated_at (a period each, like task_events), dropped a whole period at a time by retention.';
+
+--
 -- Name: tasks_finished_default; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3884,6 +4508,12 @@ CREATE TABLE pgsched.tasks_finished_default (
     CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
     CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
 );
+
+--
+-- Name: TABLE tasks_finished_default; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.tasks_finished_default IS 'tasks_finished''s default partition: any row no dated period covers, so no completion ever fails for want of a partition. pgsched doctor warns when it holds rows.';
 
 --
 -- Name: tasks_hot; Type: TABLE; Schema: pgsched; Owner: -
@@ -3930,6 +4560,12 @@ CREATE TABLE pgsched.tasks_hot (
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
 
 --
+-- Name: TABLE tasks_hot; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.tasks_hot IS 'The hot tier: QUEUED and PROCESSING tasks, the only partition claims read (tasks_hot_claim_idx: lane, priority, next_run_at where QUEUED). Small by design; tuned for aggressive autovacuum.';
+
+--
 -- Name: tenant_outcomes; Type: VIEW; Schema: pgsched; Owner: -
 --
 
@@ -3947,6 +4583,12 @@ CREATE VIEW pgsched.tenant_outcomes AS
   WHERE (c.parent_id IS NOT NULL);
 
 --
+-- Name: VIEW tenant_outcomes; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON VIEW pgsched.tenant_outcomes IS 'Per fan-out parent and tenant: the child task and its status.';
+
+--
 -- Name: tenants; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -3961,6 +4603,12 @@ CREATE TABLE pgsched.tenants (
     CONSTRAINT tenants_product_check CHECK ((product ~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$'::text)),
     CONSTRAINT tenants_tenant_id_check CHECK ((tenant_id ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$'::text))
 );
+
+--
+-- Name: TABLE tenants; Type: COMMENT; Schema: pgsched; Owner: -
+--
+
+COMMENT ON TABLE pgsched.tenants IS 'The tenant registry: id, product, active, metadata. Fan-outs run for the active tenants of a product, or all of them.';
 
 --
 -- Name: task_events_default; Type: TABLE ATTACH; Schema: pgsched; Owner: -
