@@ -479,6 +479,12 @@ SELECT
 FROM pgsched.tasks AS t
 WHERE t.id = %(task_id)s;
 
+-- name: task_exists
+SELECT exists(
+    SELECT 1 FROM pgsched.tasks AS t
+    WHERE t.id = %(task_id)s
+) AS found;
+
 -- name: task_timeline
 SELECT
     occurred_at,

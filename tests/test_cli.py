@@ -109,7 +109,7 @@ BAD_INPUT = {
     ),
     "an --at past the accepted range": (
         ["schedule", "report", "--at", "9999-06-01T00:00:00+00:00"],
-        "run_at",
+        "--at: 9999-06-01T00:00:00+00:00 is out of range",
     ),
     "a --since before what a datetime holds": (
         ["history", "--since", "-99999999d"],

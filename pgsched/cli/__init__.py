@@ -14,6 +14,7 @@ database    migrate; up / down (the embedded Postgres); demo (the main job)
 bench       the benchmark suite, when its extra is installed
 dashboard   the web UI, when its extra is installed
 times       the one time parser (--at, --since, --until)
+messages    refusals in one style (`error: ...`), in the words of the options typed
 options     shared option types and table output
 """
 

@@ -10,6 +10,7 @@ import click
 
 from pgsched.cli.options import render_table
 from pgsched.cli.root import CliState, with_connect_timeout
+from pgsched.dsn import check_conninfo
 from pgsched.embedded import EmbeddedCluster, ensure_embedded
 from pgsched.migrations import migrate
 
@@ -50,6 +51,8 @@ def demo(state: CliState) -> None:
     from pgsched.demo import run_demo
 
     logging.basicConfig(level=logging.WARNING, format="  %(levelname)s %(name)s: %(message)s")
+    if state.dsn:
+        check_conninfo(state.dsn, state.dsn_source)
     given = state.dsn or ensure_embedded()
     click.echo(f"database: {given}")
     dsn = with_connect_timeout(given)

@@ -12,6 +12,7 @@ from pgsched.app import App
 from pgsched.cli.options import Page, first_line, json_output, paged, print_json, render_table
 from pgsched.cli.root import CliState
 from pgsched.cli.times import parse_time
+from pgsched.errors import TaskNotFoundError, TaskStateError
 from pgsched.queries import query
 
 
@@ -75,7 +76,13 @@ def dead_retry(
     """Bring DEAD tasks back to be run again (attempts start over)."""
     if sum([task_id is not None, task_type is not None, all_tasks]) != 1:
         raise click.UsageError("give exactly one of TASK_ID, --type T or --all")
-    ids = App(state.database()).dead_retry(task_id, task_type=task_type, all_tasks=all_tasks)
+    dsn = state.database()
+    try:
+        ids = App(dsn).dead_retry(task_id, task_type=task_type, all_tasks=all_tasks)
+    except TaskStateError:
+        if task_id is not None:
+            require_task(dsn, task_id)
+        raise
     click.echo(f"retrying {len(ids)} task(s): {' '.join(map(str, ids))}".rstrip(": "))
 
 
@@ -87,5 +94,20 @@ def dead_retry(
 @click.pass_obj
 def dead_discard(state: CliState, task_id: int, reason: str) -> None:
     """Give up on a DEAD task for good (CANCELLED, with the reason)."""
-    App(state.database()).dead_discard(task_id, reason)
+    dsn = state.database()
+    try:
+        App(dsn).dead_discard(task_id, reason)
+    except TaskStateError:
+        require_task(dsn, task_id)
+        raise
     click.echo(f"discarded {task_id}")
+
+
+def require_task(dsn: str, task_id: int) -> None:
+    """The database refuses an id outside the DEAD lane in one breath, whether or not the
+    task exists; an id that names no task is the user's mistake (exit 2), not a task in the
+    wrong state (exit 1)."""
+    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("task_exists"), {"task_id": task_id}).fetchone()
+    if not (row and row["found"]):
+        raise TaskNotFoundError(f"no task with id {task_id}")

@@ -15,7 +15,7 @@ import click
 from pgsched.app import App
 from pgsched.cli.options import LOG_LEVEL
 from pgsched.cli.root import CliState, with_connect_timeout
-from pgsched.dsn import resolve_dsn
+from pgsched.dsn import check_conninfo
 from pgsched.lanes import Lane
 from pgsched.leadership import DEFAULT_LEASE_SECONDS
 from pgsched.observability.logs import LOG_FORMATS, masked_database, start_logging
@@ -55,6 +55,7 @@ def listen_dsn_option(listen_dsn: str | None) -> str | None:
     """--listen-dsn as given ('none' kept), with a connect timeout when it names a database."""
     if listen_dsn is None or listen_target("", listen_dsn) is None:
         return listen_dsn
+    check_conninfo(listen_dsn, "--listen-dsn")
     return with_connect_timeout(listen_dsn)
 
 
@@ -396,7 +397,7 @@ def worker(
         prepare_threshold=parse_prepare_threshold(prepare_threshold),
     )
     # The App's own DSN counts as naming a database; neither starts the embedded one.
-    dsn = with_connect_timeout(resolve_dsn(state.dsn or app._dsn))
+    dsn = state.database(app._dsn, f"the DSN of {app_spec}")
     log_startup("worker", dsn, lanes=lanes, concurrency=concurrency)
     metrics = sweeper_metrics = None
     if metrics_port is not None:

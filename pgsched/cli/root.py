@@ -1,9 +1,18 @@
 """The `pgsched` group: its global options and the one error boundary of the command line.
 
-Every command raises; only `PgschedGroup.invoke` turns an error into a message and an exit
-code: 2 for usage and bad input (click's own usage errors too), 1 for runtime faults (an
-unreachable database, a refused state change). A traceback appears only with --debug; an
-error that is none of these is a bug and keeps its traceback.
+Every command raises; only `PgschedGroup` turns an error into a message and an exit code,
+one line on stderr, `error: ...` (pgsched.cli.messages), whoever refused:
+
+    2  bad input: click's usage errors, a value the task model or the database refused, a
+       malformed DSN, an id that names nothing, no database named, a database that needs
+       `pgsched migrate` (or pgsched an upgrade)
+    1  a runtime failure: the database unreachable, a task no longer in a state that allows
+       the change, anything else the database raised; `status --check` and `doctor` when
+       they find a problem
+    0  done
+
+A traceback appears only with --debug; an error that is none of these is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -15,9 +24,12 @@ from typing import Any
 
 import click
 import psycopg
+from click.core import ParameterSource
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from pydantic import ValidationError
 
-from pgsched.dsn import DSN_ENV, NoDatabaseError, resolve_dsn
+from pgsched.cli.messages import StyledError, click_message, engine_words, styled
+from pgsched.dsn import DSN_ENV, BadDsnError, NoDatabaseError, check_conninfo, resolve_dsn
 from pgsched.embedded import EmbeddedError
 from pgsched.errors import (
     ConfigError,
@@ -27,7 +39,7 @@ from pgsched.errors import (
     SchemaMismatchError,
     TaskNotFoundError,
 )
-from pgsched.migrations import MigrationError
+from pgsched.migrations import MigrationError, require_current_schema
 
 USAGE = 2
 RUNTIME = 1
@@ -44,7 +56,14 @@ _BAD_INPUT = (
     TaskNotFoundError,
     NoDatabaseError,
     SchemaMismatchError,
+    BadDsnError,
+    ValidationError,
 )
+
+# What Postgres says when a statement names a table, schema, function or type that is not
+# there: on a database pgsched never migrated (or an older pgsched migrated), every command
+# meets one of these first.
+_MISSING_OBJECT = {"42P01", "3F000", "42883", "42704"}
 
 
 @dataclass
@@ -54,10 +73,18 @@ class CliState:
     dsn: str | None
     debug: bool
     log_format: str = "text"
+    # Where `dsn` came from, as a refusal names it: --dsn or PGSCHED_DSN.
+    dsn_source: str = "--dsn"
 
-    def database(self) -> str:
-        """The conninfo to use (pgsched.dsn.resolve_dsn), with a connect timeout."""
-        return with_connect_timeout(resolve_dsn(self.dsn))
+    def database(self, fallback: str | None = None, fallback_source: str = "dsn") -> str:
+        """The conninfo to use (pgsched.dsn.resolve_dsn: --dsn, PGSCHED_DSN, `fallback`,
+        then the running embedded Postgres), with a connect timeout. A malformed one is
+        refused here, where every command asks for its database, naming where it came from."""
+        if self.dsn:
+            check_conninfo(self.dsn, self.dsn_source)
+        elif fallback:
+            check_conninfo(fallback, fallback_source)
+        return with_connect_timeout(resolve_dsn(self.dsn or fallback))
 
 
 def with_connect_timeout(dsn: str) -> str:
@@ -81,27 +108,68 @@ def message_for(exc: BaseException) -> str:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"cannot reach the database: {first}"
     if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
-        return exc.diag.message_primary
-    return str(exc).strip() or type(exc).__name__
+        return engine_words(exc.diag.message_primary)
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "input"
+        return f"{where}: {error['msg']}"
+    return engine_words(str(exc).strip()) or type(exc).__name__
+
+
+def schema_problem(state: CliState | None, exc: BaseException) -> SchemaMismatchError | None:
+    """When a statement met a missing table or function, whether the database needs
+    `pgsched migrate` (or pgsched an upgrade): the error that says so, else None."""
+    if state is None or not isinstance(exc, psycopg.Error) or exc.sqlstate not in _MISSING_OBJECT:
+        return None
+    try:
+        with psycopg.connect(state.database(), autocommit=True) as conn:
+            require_current_schema(conn)
+    except SchemaMismatchError as mismatch:
+        return mismatch
+    except (PgschedError, psycopg.Error):
+        return None
+    return None
 
 
 class PgschedGroup(click.Group):
-    """A click group whose `invoke` is the command line's one error boundary."""
+    """A click group that is the command line's one error boundary: `invoke` for what a
+    command raises, `make_context` for what click refuses before any command runs."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.ClickException as exc:
+            if isinstance(exc, StyledError):
+                raise
+            raise styled(click_message(exc), exc.exit_code) from exc
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+        except (StyledError, click.exceptions.Exit, click.exceptions.NoArgsIsHelpError):
             raise
+        except click.ClickException as exc:
+            raise styled(click_message(exc), exc.exit_code) from exc
+        except click.Abort:
+            click.echo(err=True)  # after a prompt the answer was never typed: a new line
+            raise styled("aborted", RUNTIME) from None
         except Exception as exc:
-            code = exit_code_for(exc)
+            state = ctx.obj if isinstance(ctx.obj, CliState) else None
+            refused: BaseException = schema_problem(state, exc) or exc
+            code = exit_code_for(refused)
             if code is None:
                 raise
-            state = ctx.obj if isinstance(ctx.obj, CliState) else None
             if state is not None and state.debug:
                 traceback.print_exc()
-            click.secho(f"error: {message_for(exc)}", fg="red", err=True)
-            ctx.exit(code)
+            raise styled(message_for(refused), code) from None
 
 
 @click.group(cls=PgschedGroup)
@@ -124,4 +192,7 @@ class PgschedGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, dsn: str | None, debug: bool, log_format: str) -> None:
     """pgsched: a job scheduler engine on PostgreSQL."""
-    ctx.obj = CliState(dsn=dsn, debug=debug, log_format=log_format)
+    from_env = ctx.get_parameter_source("dsn") is ParameterSource.ENVIRONMENT
+    ctx.obj = CliState(
+        dsn=dsn, debug=debug, log_format=log_format, dsn_source=DSN_ENV if from_env else "--dsn"
+    )

@@ -10,9 +10,11 @@ from typing import Any
 import click
 import psycopg
 from psycopg.rows import class_row
+from pydantic import ValidationError
 
 from pgsched.app import App
 from pgsched.cli.findings import describe_leader, read_findings
+from pgsched.cli.messages import validation_message
 from pgsched.cli.options import (
     JSON_OBJECT,
     JSON_VALUE,
@@ -27,7 +29,31 @@ from pgsched.cli.options import (
 )
 from pgsched.cli.root import CliState
 from pgsched.cli.times import parse_time
+from pgsched.errors import InvalidTaskError
 from pgsched.queries import query
+from pgsched.tasks import TaskSpec
+
+# The task model's fields as `schedule` takes them.
+TASK_OPTIONS = {
+    "task_type": "TASK_TYPE",
+    "payload": "--payload",
+    "run_at": "--at",
+    "tenant_id": "--tenant",
+    "priority": "--priority",
+    "idempotency_key": "--key",
+    "max_attempts": "--max-attempts",
+    "lane": "--lane",
+    "metadata": "--metadata",
+}
+
+
+def check_task(**fields: Any) -> None:
+    """Refuse what the task model refuses before anything is sent, in the words of the
+    options (App would say `priority: Input should be less than or equal to 10`)."""
+    try:
+        TaskSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise InvalidTaskError(validation_message(exc, TaskSpec, TASK_OPTIONS)) from None
 
 
 @dataclass
@@ -115,6 +141,17 @@ def schedule(
     "schedule N"; --tz is its IANA zone, default UTC)."""
     if cron_expression is not None and when is not None:
         raise click.UsageError("--at and --cron exclude each other")
+    task = {
+        "task_type": task_type,
+        "payload": payload,
+        "tenant_id": tenant,
+        "priority": priority,
+        "idempotency_key": idempotency_key,
+        "max_attempts": max_attempts,
+        "lane": lane,
+        "metadata": metadata,
+    }
+    check_task(**task)
     dsn = state.database()
     if cron_expression is not None:
         owner = tenant if scope == "tenant" else "_all"
@@ -168,6 +205,7 @@ def schedule(
         if parsed.note:
             click.echo(f"note: {parsed.note}", err=True)
         run_at = parsed.moment
+        check_task(**task, run_at=run_at)
     task_id = App(dsn).schedule(
         task_type,
         payload,
