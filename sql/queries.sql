@@ -638,6 +638,28 @@ SELECT
 FROM pgsched.tasks
 WHERE status = 'PENDING' AND next_run_at <= now();
 
+-- name: pending_coming_due
+-- Cold work not yet due that the promotion sweep should be moving to the hot partition
+-- now: due within the hot window.
+SELECT
+    count(*) AS coming_due,
+    extract(EPOCH FROM min(t.next_run_at) - now())::float8 AS first_in_s
+FROM pgsched.tasks AS t
+WHERE
+    t.status = 'PENDING'
+    AND t.next_run_at > now()
+    AND t.next_run_at <= (SELECT h.hot_until FROM pgsched.tier_horizons() AS h);
+
+-- name: schedule_unarmed_list
+-- Active schedules with no occurrence waiting or running: only the recurring sweep arms them.
+SELECT
+    s.id,
+    s.tenant_id,
+    s.task_type,
+    s.cron_expression,
+    s.timezone
+FROM pgsched.schedules_unarmed(%(max_rows)s) AS s;
+
 -- name: lease_expired
 SELECT
     id,

@@ -35,7 +35,7 @@ import click
 import psycopg
 from psycopg.rows import dict_row
 
-from pgsched.cli.findings import describe_leader, read_findings
+from pgsched.cli.findings import START_A_SWEEPER, describe_leader, read_findings
 from pgsched.cli.options import json_output, print_json
 from pgsched.cli.root import CliState, message_for
 from pgsched.migrations import schema_version
@@ -177,7 +177,7 @@ def _sweeper(leader: dict[str, Any] | None, overdue: int) -> Check:
             "sweeper",
             "fail",
             f"no sweeper leads and {overdue} PENDING task(s) are"
-            " overdue: nothing promotes them; start `pgsched sweeper`",
+            f" overdue: nothing promotes them; {START_A_SWEEPER}",
         )
     return Check(
         "sweeper",

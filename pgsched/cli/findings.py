@@ -15,8 +15,10 @@ from psycopg.rows import dict_row
 
 from pgsched.queries import query
 
-# How many lease-expired tasks a report names; the count is complete either way.
+# How many lease-expired tasks (or unarmed schedules) a report names.
 NAMED_TASKS = 20
+# What brings work a worker alone never runs: cold work promoted, schedules armed.
+START_A_SWEEPER = "start `pgsched sweeper` (or run a worker with `pgsched worker --sweeps`)"
 
 
 @dataclass
@@ -26,6 +28,10 @@ class Findings:
     oldest_overdue_s: float | None
     lease_expired: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[dict[str, Any]] = field(default_factory=list)
+    # Read only while no sweeper leads (a leader promotes and arms them in its stride).
+    pending_coming_due: int = 0
+    first_coming_due_s: float | None = None
+    unarmed: list[dict[str, Any]] = field(default_factory=list)
 
     def flags(self) -> list[str]:
         """One line per problem, for a person; empty when nothing is stuck."""
@@ -34,7 +40,19 @@ class Findings:
             lines.append(
                 f"{self.overdue_pending} PENDING task(s) overdue (oldest"
                 f" {self.oldest_overdue_s or 0:.0f} s) and no sweeper holds the leader lease:"
-                " nothing will promote them; start `pgsched sweeper`"
+                f" nothing will promote them; {START_A_SWEEPER}"
+            )
+        if self.pending_coming_due and self.leader is None:
+            lines.append(
+                f"{self.pending_coming_due} PENDING task(s) come due within the hot window"
+                f" (the first in {span(self.first_coming_due_s or 0)}) and no sweeper holds"
+                f" the leader lease: nothing will promote them; {START_A_SWEEPER}"
+            )
+        for schedule in self.unarmed if self.leader is None else []:
+            lines.append(
+                f"schedule {schedule['id']} ({schedule['task_type']}, tenant"
+                f" {schedule['tenant_id']}) has no armed occurrence and no sweeper holds the"
+                f" leader lease: it will not fire; {START_A_SWEEPER}"
             )
         for task in self.lease_expired:
             lines.append(
@@ -56,8 +74,20 @@ class Findings:
             "oldest_overdue_s": self.oldest_overdue_s,
             "lease_expired": self.lease_expired,
             "quarantined_schedules": self.quarantined,
+            "pending_coming_due": self.pending_coming_due,
+            "first_coming_due_s": self.first_coming_due_s,
+            "unarmed_schedules": self.unarmed,
             "flags": self.flags(),
         }
+
+
+def span(seconds: float) -> str:
+    """A duration for a person: `40 s`, `12 min`, `2.5 h`."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def describe_leader(leader: dict[str, Any]) -> str:
@@ -74,14 +104,25 @@ def sweep_leader(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
 
 
 def read_findings(conn: psycopg.Connection[Any]) -> Findings:
+    leader = sweep_leader(conn)
     with conn.cursor(row_factory=dict_row) as cur:
         overdue = cur.execute(query("overdue_pending")).fetchone() or {}
         expired = cur.execute(query("lease_expired"), {"max_rows": NAMED_TASKS}).fetchall()
         quarantined = cur.execute(query("schedule_quarantined")).fetchall()
+        coming: dict[str, Any] = {}
+        unarmed: list[dict[str, Any]] = []
+        if leader is None:
+            coming = cur.execute(query("pending_coming_due")).fetchone() or {}
+            unarmed = cur.execute(
+                query("schedule_unarmed_list"), {"max_rows": NAMED_TASKS}
+            ).fetchall()
     return Findings(
-        leader=sweep_leader(conn),
+        leader=leader,
         overdue_pending=int(overdue.get("overdue") or 0),
         oldest_overdue_s=overdue.get("oldest_s"),
         lease_expired=expired,
         quarantined=quarantined,
+        pending_coming_due=int(coming.get("coming_due") or 0),
+        first_coming_due_s=coming.get("first_in_s"),
+        unarmed=unarmed,
     )

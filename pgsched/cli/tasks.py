@@ -307,25 +307,34 @@ def cancel(
 
 
 @click.command()
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 when anything is flagged (a `!` line): for a health check or a deploy gate.",
+)
 @json_output("lanes and flags")
 @click.pass_obj
-def status(state: CliState, as_json: bool) -> None:
+def status(state: CliState, check: bool, as_json: bool) -> None:
     """Per lane: cold, queued, due now, processing, dead, oldest lateness; then what is
-    stuck: overdue cold work with no sweeper leading, expired leases, quarantined schedules."""
+    stuck: cold work due or coming due and schedules never armed with no sweeper leading,
+    expired leases, quarantined schedules."""
     dsn = state.database()
     rows = App(dsn).lane_summary()
     with psycopg.connect(dsn, autocommit=True) as conn:
         findings = read_findings(conn)
+    flags = findings.flags()
     if as_json:
         print_json({"lanes": rows, **findings.as_json()})
-        return
-    columns = ["lane", "cold", "queued", "due_now", "processing", "dead", "oldest_lateness_s"]
-    click.echo(render_table(rows, columns))
-    leader = findings.leader
-    click.echo("")
-    click.echo(f"sweeper leader: {describe_leader(leader) if leader else 'none'}")
-    for line in findings.flags():
-        click.echo(f"! {line}")
+    else:
+        columns = ["lane", "cold", "queued", "due_now", "processing", "dead", "oldest_lateness_s"]
+        click.echo(render_table(rows, columns))
+        leader = findings.leader
+        click.echo("")
+        click.echo(f"sweeper leader: {describe_leader(leader) if leader else 'none'}")
+        for line in flags:
+            click.echo(f"! {line}")
+    if check and flags:
+        click.get_current_context().exit(1)
 
 
 # The 100-column table: short headers, and the outcome cut last.
