@@ -60,29 +60,139 @@ FROM finished AS f
 GROUP BY f.lane;
 
 -- name: dashboard_throughput
--- Completions per minute over the last hour, oldest minute first (the overview's chart).
--- The hour's completions are counted per minute first (a hash of at most 60 groups), then
--- laid on the 60 minutes: joining each completion to its minute sorted all of them.
-WITH per_minute AS (
+-- The overview's charts, one row a minute over the last hour, oldest first: completions,
+-- the p99 lateness of those completions, and how many tasks were due and not yet started
+-- at the end of the minute. The hour's finished work is read once (COMPLETED through
+-- tasks_finished_updated_idx, FAILED from the DEAD lane), with what is due or running
+-- now from the hot tier. Each row is counted per minute first (a hash of at most 60
+-- groups), then laid on the 60 minutes: joining each row to its minute sorted all of them.
+-- Waiting is a running sum: +1 the minute a task fell due, -1 the minute its last attempt
+-- started (both clamped to the hour's first minute); a task retried, or finished more than
+-- an hour ago, counts from its last due time only.
+WITH rows_of_the_hour AS (
     SELECT
-        date_trunc('minute', d.updated_at) AS minute,
-        count(*) AS completed
+        d.status,
+        d.updated_at,
+        d.next_run_at,
+        d.last_run_at
     FROM pgsched.tasks AS d
     WHERE
         d.status = 'COMPLETED'
         AND d.updated_at > now() - interval '60 minutes'
-    GROUP BY date_trunc('minute', d.updated_at)
+    UNION ALL
+    SELECT
+        d.status,
+        d.updated_at,
+        d.next_run_at,
+        d.last_run_at
+    FROM pgsched.tasks AS d
+    WHERE
+        d.status = 'FAILED'
+        AND d.updated_at > now() - interval '60 minutes'
+    UNION ALL
+    SELECT
+        h.status,
+        NULL::timestamptz AS updated_at,
+        h.next_run_at,
+        CASE WHEN h.status = 'PROCESSING' THEN h.last_run_at END AS last_run_at
+    FROM pgsched.tasks AS h
+    WHERE
+        h.status IN ('QUEUED', 'PROCESSING')
+        AND h.next_run_at <= now()
+),
+
+bounds AS (
+    SELECT date_trunc('minute', now()) - interval '59 minutes' AS first_minute
+),
+
+completed AS (
+    SELECT
+        date_trunc('minute', r.updated_at) AS minute,
+        count(*) AS completed,
+        percentile_cont(0.99) WITHIN GROUP (
+            ORDER BY extract(EPOCH FROM r.last_run_at - r.next_run_at)::float8
+        ) AS lateness_p99_s
+    FROM rows_of_the_hour AS r
+    WHERE r.status = 'COMPLETED'
+    GROUP BY date_trunc('minute', r.updated_at)
+),
+
+steps AS (
+    SELECT
+        greatest(date_trunc('minute', r.next_run_at), b.first_minute) AS minute,
+        1 AS delta
+    FROM rows_of_the_hour AS r CROSS JOIN bounds AS b
+    UNION ALL
+    SELECT
+        greatest(date_trunc('minute', r.last_run_at), b.first_minute) AS minute,
+        -1 AS delta
+    FROM rows_of_the_hour AS r CROSS JOIN bounds AS b
+    WHERE r.last_run_at IS NOT NULL AND r.last_run_at >= r.next_run_at
+),
+
+per_minute_steps AS (
+    SELECT
+        s.minute,
+        sum(s.delta) AS delta
+    FROM steps AS s
+    GROUP BY s.minute
 )
 
 SELECT
     m.minute,
-    coalesce(c.completed, 0) AS completed
+    coalesce(c.completed, 0) AS completed,
+    c.lateness_p99_s,
+    greatest(
+        coalesce(sum(coalesce(w.delta, 0)) OVER (ORDER BY m.minute), 0), 0
+    )::bigint AS waiting
 FROM
     generate_series(
         date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute'
     ) AS m (minute)
-LEFT JOIN per_minute AS c ON m.minute = c.minute
+LEFT JOIN completed AS c ON m.minute = c.minute
+LEFT JOIN per_minute_steps AS w ON m.minute = w.minute
 ORDER BY m.minute;
+
+-- name: dashboard_tiers
+-- The big tiers' sizes from the planner's statistics (rows per page at the last ANALYZE
+-- times the pages now, as the planner estimates them): an exact count of the cold tier
+-- reads millions of rows. NULL when a tier was never analyzed.
+SELECT
+    sum(e.estimate) FILTER (WHERE e.relname = 'tasks_cold')::bigint AS cold_estimate,
+    sum(e.estimate) FILTER (WHERE e.relname <> 'tasks_cold')::bigint AS finished_estimate
+FROM (
+    SELECT
+        c.relname,
+        CASE
+            WHEN c.reltuples < 0 THEN NULL
+            WHEN c.relpages = 0 THEN c.reltuples
+            ELSE
+                c.reltuples / c.relpages
+                * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+        END AS estimate
+    FROM pg_class AS c
+    WHERE
+        c.oid = 'pgsched.tasks_cold'::regclass
+        OR c.oid IN (
+            SELECT i.inhrelid
+            FROM pg_inherits AS i
+            WHERE i.inhparent = 'pgsched.tasks_finished'::regclass
+        )
+) AS e;
+
+-- name: dashboard_coming_due
+-- Tasks falling due in the next hour (not yet due): the due-time range of the cold tier's
+-- index and the hot tier, counted up to cap.
+SELECT count(*) AS coming
+FROM (
+    SELECT 1 AS one
+    FROM pgsched.tasks AS t
+    WHERE
+        t.status IN ('PENDING', 'QUEUED')
+        AND t.next_run_at > now()
+        AND t.next_run_at <= now() + interval '1 hour'
+    LIMIT %(cap)s  -- noqa: AM09
+) AS c;
 
 -- name: dashboard_dead_count
 SELECT count(*) AS dead FROM pgsched.tasks
@@ -136,6 +246,13 @@ WITH found AS (
             )
             AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
             AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+            AND (%(before_id)s::bigint IS NULL OR t.id < %(before_id)s::bigint)
+            AND (%(after_due)s::timestamptz IS NULL OR t.next_run_at >= %(after_due)s::timestamptz)
+            AND (
+                %(after_due)s::timestamptz IS NULL
+                OR t.next_run_at > %(after_due)s::timestamptz
+                OR t.id < %(after_id)s::bigint
+            )
         ORDER BY
             CASE
                 WHEN %(due_from)s::timestamptz IS NULL AND %(due_until)s::timestamptz IS NULL
@@ -179,6 +296,13 @@ WITH found AS (
             )
             AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
             AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+            AND (%(before_id)s::bigint IS NULL OR t.id < %(before_id)s::bigint)
+            AND (%(after_due)s::timestamptz IS NULL OR t.next_run_at >= %(after_due)s::timestamptz)
+            AND (
+                %(after_due)s::timestamptz IS NULL
+                OR t.next_run_at > %(after_due)s::timestamptz
+                OR t.id < %(after_id)s::bigint
+            )
         ORDER BY
             CASE
                 WHEN %(due_from)s::timestamptz IS NULL AND %(due_until)s::timestamptz IS NULL
@@ -222,6 +346,13 @@ WITH found AS (
             )
             AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
             AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+            AND (%(before_id)s::bigint IS NULL OR t.id < %(before_id)s::bigint)
+            AND (%(after_due)s::timestamptz IS NULL OR t.next_run_at >= %(after_due)s::timestamptz)
+            AND (
+                %(after_due)s::timestamptz IS NULL
+                OR t.next_run_at > %(after_due)s::timestamptz
+                OR t.id < %(after_id)s::bigint
+            )
         ORDER BY
             CASE
                 WHEN %(due_from)s::timestamptz IS NULL AND %(due_until)s::timestamptz IS NULL
@@ -255,6 +386,43 @@ ORDER BY
     END,
     t.id DESC
 LIMIT %(max_rows)s;
+
+-- name: dashboard_task_count
+-- How many tasks the search matches, up to cap (the page says "more than" past it): the
+-- same filters, any order, so each tier's index range is read until cap rows are found.
+SELECT count(*) AS n
+FROM (
+    SELECT 1 AS one
+    FROM pgsched.tasks AS t
+    WHERE
+        (%(task_id)s::bigint IS NULL OR t.id = %(task_id)s::bigint)
+        AND (
+            %(idempotency_key)s::text IS NULL
+            OR t.id = (
+                SELECT k.task_id
+                FROM pgsched.idempotency_keys AS k
+                WHERE
+                    k.tenant_id = coalesce(%(tenant_id)s::text, 'default')
+                    AND k.idempotency_key = %(idempotency_key)s::text
+            )
+        )
+        AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+        AND (%(tenant_id)s::text IS NULL OR t.tenant_id = %(tenant_id)s::text)
+        AND (
+            %(status)s::text IS NULL
+            OR t.status = CASE %(status)s::text
+                WHEN 'PENDING' THEN 'PENDING'::pgsched.task_status
+                WHEN 'QUEUED' THEN 'QUEUED'::pgsched.task_status
+                WHEN 'PROCESSING' THEN 'PROCESSING'::pgsched.task_status
+                WHEN 'COMPLETED' THEN 'COMPLETED'::pgsched.task_status
+                WHEN 'FAILED' THEN 'FAILED'::pgsched.task_status
+                WHEN 'CANCELLED' THEN 'CANCELLED'::pgsched.task_status
+            END
+        )
+        AND (%(due_from)s::timestamptz IS NULL OR t.next_run_at >= %(due_from)s::timestamptz)
+        AND (%(due_until)s::timestamptz IS NULL OR t.next_run_at < %(due_until)s::timestamptz)
+    LIMIT %(cap)s  -- noqa: AM09
+) AS m;
 
 -- name: dashboard_task
 SELECT
@@ -299,8 +467,17 @@ SELECT
     e.scheduled_for,
     e.detail
 FROM pgsched.task_events AS e
-WHERE e.task_id = %(task_id)s
-ORDER BY e.id;
+WHERE e.task_id = %(task_id)s AND e.id > %(after_id)s
+ORDER BY e.id
+LIMIT %(max_rows)s;
+
+-- name: dashboard_task_event_count
+-- The task's events before and from the page shown (its history's length, by the index).
+SELECT
+    count(*) FILTER (WHERE e.id <= %(after_id)s) AS before,
+    count(*) FILTER (WHERE e.id > %(after_id)s) AS rest
+FROM pgsched.task_events AS e
+WHERE e.task_id = %(task_id)s;
 
 -- name: dashboard_task_outcomes
 -- Per-tenant outcomes of a fan-out parent: its children, one per tenant.
@@ -317,6 +494,9 @@ WHERE c.parent_id = %(task_id)s
 ORDER BY c.tenant_id;
 
 -- name: dashboard_dead_list
+-- A page of the DEAD lane (tasks_done holds DEAD tasks only), newest failure first. The
+-- error class is the error's first line up to its first ':' or '(' (what the worker's
+-- logs group failures by: the exception's class name).
 SELECT
     t.id,
     t.tenant_id,
@@ -330,16 +510,78 @@ FROM pgsched.tasks AS t
 WHERE
     t.status = 'FAILED'
     AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+    AND (
+        %(error_class)s::text IS NULL
+        OR left(btrim(split_part(split_part(split_part(coalesce(t.last_error, ''), chr(10), 1), ':', 1), '(', 1)), 200) = %(error_class)s::text
+    )
 ORDER BY t.updated_at DESC, t.id DESC
+LIMIT %(max_rows)s OFFSET %(skip_rows)s;
+
+-- name: dashboard_dead_matching
+-- How many DEAD tasks match the filter (up to cap), and when the newest of them failed:
+-- a bulk action's confirmation carries both, and the action takes only the tasks that had
+-- failed by then.
+SELECT
+    count(*) AS n,
+    max(m.updated_at) AS last_failed
+FROM (
+    SELECT t.updated_at
+    FROM pgsched.tasks AS t
+    WHERE
+        t.status = 'FAILED'
+        AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+        AND (
+            %(error_class)s::text IS NULL
+            OR left(btrim(split_part(split_part(split_part(coalesce(t.last_error, ''), chr(10), 1), ':', 1), '(', 1)), 200) = %(error_class)s::text
+        )
+    LIMIT %(cap)s  -- noqa: AM09
+) AS m;
+
+-- name: dashboard_dead_matching_ids
+-- The tasks a confirmed bulk action takes, locked until it commits.
+SELECT t.id
+FROM pgsched.tasks AS t
+WHERE
+    t.status = 'FAILED'
+    AND t.updated_at <= %(failed_until)s::timestamptz
+    AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+    AND (
+        %(error_class)s::text IS NULL
+        OR left(btrim(split_part(split_part(split_part(coalesce(t.last_error, ''), chr(10), 1), ':', 1), '(', 1)), 200) = %(error_class)s::text
+    )
+ORDER BY t.id
+LIMIT %(cap)s
+FOR UPDATE;
+
+-- name: dashboard_dead_classes
+-- The DEAD lane by error class, the most frequent first.
+SELECT
+    c.error_class,
+    count(*) AS n,
+    max(c.updated_at) AS last_failed
+FROM (
+    SELECT
+        t.updated_at,
+        left(btrim(split_part(split_part(split_part(coalesce(t.last_error, ''), chr(10), 1), ':', 1), '(', 1)), 200) AS error_class
+    FROM pgsched.tasks AS t
+    WHERE
+        t.status = 'FAILED'
+        AND (%(task_type)s::text IS NULL OR t.task_type = %(task_type)s::text)
+) AS c
+GROUP BY c.error_class
+ORDER BY n DESC, c.error_class ASC
 LIMIT %(max_rows)s;
 
 -- name: dashboard_dead_retry
--- One DEAD task back to QUEUED; the reason (naming who did it) lands in its event.
+-- DEAD tasks back to QUEUED (or PENDING, as their due time routes them), all or none; the
+-- reason (naming who did it) lands in each task's event.
 SELECT r.task_id
-FROM pgsched.dead_retry(task_id => %(task_id)s, reason => %(reason)s) AS r (task_id);
+FROM unnest(%(task_ids)s::bigint[]) AS u (id)
+CROSS JOIN LATERAL pgsched.dead_retry(task_id => u.id, reason => %(reason)s) AS r (task_id);
 
 -- name: dashboard_dead_discard
-SELECT pgsched.dead_discard(%(task_id)s, %(reason)s) AS task_id;
+SELECT pgsched.dead_discard(u.id, %(reason)s) AS task_id
+FROM unnest(%(task_ids)s::bigint[]) AS u (id);
 
 -- name: dashboard_task_cancel
 -- The CLI's cancel, with the dashboard user as the actor (recorded with the role).
@@ -374,6 +616,22 @@ LEFT JOIN pgsched.tasks AS a ON s.armed_task_id = a.id
 ORDER BY s.id
 LIMIT %(max_rows)s;
 
+-- name: dashboard_schedule
+-- One schedule, with the occurrence armed for it (what a pause or a delete cancels).
+SELECT
+    s.id,
+    s.tenant_id,
+    s.task_type,
+    s.cron_expression,
+    s.timezone,
+    s.enabled,
+    s.armed_task_id,
+    a.next_run_at AS armed_for,
+    a.status::text AS armed_status
+FROM pgsched.schedules AS s
+LEFT JOIN pgsched.tasks AS a ON s.armed_task_id = a.id
+WHERE s.id = %(schedule_id)s;
+
 -- name: dashboard_schedule_last_runs
 -- The last runs of each listed schedule: its occurrences' tasks, newest first.
 SELECT
@@ -401,6 +659,10 @@ ORDER BY o.schedule_id ASC, o.fire_at DESC;
 -- name: dashboard_schedule_pause
 -- The CLI's pause: disables the schedule and cancels its armed occurrence if not started.
 SELECT pgsched.schedule_pause(%(schedule_id)s, %(reason)s);
+
+-- name: dashboard_schedule_delete
+-- The CLI's delete: the schedule goes, its armed occurrence is cancelled if not started.
+SELECT pgsched.schedule_delete(%(schedule_id)s, %(reason)s);
 
 -- name: dashboard_schedule_resume
 SELECT pgsched.schedule_resume(%(schedule_id)s);

@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ def free_port() -> int:
 class Dashboard:
     url: str
     process: subprocess.Popen[str]
+    output: list[str]
 
 
 @contextmanager
@@ -42,12 +44,22 @@ def running_dashboard(
         text=True,
     )
     url = f"http://127.0.0.1:{port}"
+    output: list[str] = []
+
+    def drain() -> None:
+        # A full pipe would stop the server at its next log line (a traceback per 500).
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 30
         while True:
             if process.poll() is not None:
-                output = process.stdout.read() if process.stdout else ""
-                raise AssertionError(f"dashboard exited {process.returncode}: {output}")
+                reader.join(5)
+                raise AssertionError(f"dashboard exited {process.returncode}: {''.join(output)}")
             try:
                 httpx.get(url + "/static/dashboard.css", timeout=2)
                 break
@@ -55,7 +67,7 @@ def running_dashboard(
                 if time.monotonic() > deadline:
                     raise AssertionError("dashboard did not start within 30 s") from None
                 time.sleep(0.1)
-        yield Dashboard(url, process)
+        yield Dashboard(url, process, output)
     finally:
         process.terminate()
         try:
@@ -101,3 +113,29 @@ def csrf_field(html: str) -> str:
 
 def env_without_auth(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("PGSCHED_DASHBOARD_")}
+
+
+def make_dead_tasks(
+    conn: psycopg.Connection, n: int, task_type: str = "send_mail", error: str = "smtp refused"
+) -> list[int]:
+    """n DEAD tasks at once (scheduled, claimed and failed in three statements)."""
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT task_id FROM pgsched.schedule_tasks("
+            " task_types => array_fill(%s::text, ARRAY[%s]),"
+            " max_attempts => array_fill(1::bigint, ARRAY[%s]),"
+            " run_ats => array_fill(now(), ARRAY[%s]))",
+            (task_type, n, n, n),
+        ).fetchall()
+    ]
+    claimed = conn.execute(
+        "SELECT id, lease_token FROM pgsched.task_claim_many('NORMAL', %s, 'w-test', '5 minutes')",
+        (n,),
+    ).fetchall()
+    assert sorted(r[0] for r in claimed) == sorted(ids)
+    conn.execute(
+        "SELECT count(*) FROM pgsched.task_finish_many(%s, %s, %s, %s)",
+        ([r[0] for r in claimed], [r[1] for r in claimed], ["FAILED"] * n, [error] * n),
+    )
+    return sorted(ids)

@@ -266,7 +266,7 @@ def test_hash_token_prints_a_hash_the_dashboard_accepts(env: dict[str, str]) -> 
     assert auth.user_for("Basic " + __import__("base64").b64encode(b"bob:tak").decode()) is None
 
 
-def test_schedule_pause_and_resume_record_who_did_it(
+def test_schedule_pause_asks_first_and_records_who_did_it_once(
     conn: psycopg.Connection, env: dict[str, str]
 ) -> None:
     schedule_id = conn.execute(
@@ -274,25 +274,39 @@ def test_schedule_pause_and_resume_record_who_did_it(
     ).fetchone()[0]
     now = conn.execute("SELECT now()").fetchone()[0]
     assert RecurringSweep().run_once(conn, now)["armed"] == 1  # its next occurrence waits
+    armed_id = conn.execute(
+        "SELECT armed_task_id FROM pgsched.schedules WHERE id = %s", (schedule_id,)
+    ).fetchone()[0]
     with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
         page = client.get("/schedules")
         assert "Europe/Paris" in page.text and "09:00 CE" in page.text  # CET or CEST
-        token = csrf_field(page.text)
+        # Pause cancels the armed occurrence: the list links to a confirmation, which says so.
+        assert f'href="/schedules/{schedule_id}/pause"' in page.text
+        assert f'action="/schedules/{schedule_id}/pause"' not in page.text
+        confirm = client.get(f"/schedules/{schedule_id}/pause")
+        assert confirm.status_code == 200
+        effect = confirm.text.split('id="schedule-effect"')[1].split("</p>")[0]
+        assert f'task <a href="/tasks/{armed_id}">{armed_id}</a>' in effect
+        assert "is cancelled" in effect
+        assert conn.execute(
+            "SELECT enabled FROM pgsched.schedules WHERE id = %s", (schedule_id,)
+        ).fetchone()[0], "asking is not doing"
+        token = csrf_field(confirm.text)
         paused = client.post(f"/schedules/{schedule_id}/pause", data={"csrf_token": token})
         assert paused.status_code == 303
         assert "paused" in client.get("/schedules").text
+        resumed = client.post(f"/schedules/{schedule_id}/resume", data={"csrf_token": token})
+        assert resumed.status_code == 303
     events = conn.execute(
         "SELECT what, detail FROM pgsched.schedule_events WHERE schedule_id = %s ORDER BY id",
         (schedule_id,),
     ).fetchall()
-    assert events[-1][0] == "paused" and events[-1][1].startswith("paused by ")
+    paused_detail = next(d for w, d in events if w == "paused")
+    assert paused_detail.startswith("paused by ")
+    assert paused_detail.count("via dashboard") == 1, paused_detail
+    assert events[-1][0] == "resumed" and events[-1][1].count("via dashboard") == 1, events
     # The CLI's pause, not a bare disable: the occurrence armed for it is cancelled.
-    armed = conn.execute(
-        "SELECT t.status FROM pgsched.schedule_occurrences AS o"
-        " JOIN pgsched.tasks AS t ON t.id = o.task_id WHERE o.schedule_id = %s",
-        (schedule_id,),
-    ).fetchall()
-    assert armed and all(status == "CANCELLED" for (status,) in armed), armed
+    assert status_of(conn, armed_id) == "CANCELLED"
 
 
 def test_pages_render_through_a_read_only_role(

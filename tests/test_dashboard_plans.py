@@ -127,6 +127,9 @@ SEARCH = {
     "idempotency_key": None,
     "due_from": None,
     "due_until": None,
+    "before_id": None,
+    "after_due": None,
+    "after_id": None,
     "max_rows": 50,
 }
 
@@ -135,9 +138,21 @@ STATEMENTS: list[tuple[str, dict[str, Any]]] = [
     ("dashboard_lanes_recent", {}),
     ("dashboard_throughput", {}),
     ("dashboard_dead_count", {}),
-    ("dashboard_dead_list", {"task_type": None, "max_rows": 200}),
+    ("dashboard_tiers", {}),
+    ("dashboard_coming_due", {"cap": 100_001}),
+    (
+        "dashboard_dead_list",
+        {"task_type": None, "error_class": None, "max_rows": 100, "skip_rows": 0},
+    ),
+    (
+        "dashboard_dead_list",
+        {"task_type": "recent", "error_class": "x", "max_rows": 100, "skip_rows": 100},
+    ),
+    ("dashboard_dead_matching", {"task_type": None, "error_class": "x", "cap": 10_001}),
+    ("dashboard_dead_classes", {"task_type": None, "max_rows": 50}),
     ("dashboard_task", {"task_id": 12345}),
-    ("dashboard_task_events", {"task_id": 12345}),
+    ("dashboard_task_events", {"task_id": 12345, "after_id": 0, "max_rows": 101}),
+    ("dashboard_task_event_count", {"task_id": 12345, "after_id": 0}),
     ("dashboard_task_outcomes", {"task_id": 12345}),
     ("dashboard_schedules", {"max_rows": 200}),
     ("dashboard_workers", {}),
@@ -347,7 +362,7 @@ def test_throughput_counts_each_minutes_completions(backlog: psycopg.Connection)
         ).fetchone()
         assert row is not None
         now, stamps = row
-        chart = backlog.execute(query("dashboard_throughput")).fetchall()
+        chart = [r[:2] for r in backlog.execute(query("dashboard_throughput")).fetchall()]
     this_minute = now.replace(second=0, microsecond=0)
     minutes = [this_minute - timedelta(minutes=59 - k) for k in range(60)]
     counted = {m: 0 for m in minutes}
@@ -357,3 +372,53 @@ def test_throughput_counts_each_minutes_completions(backlog: psycopg.Connection)
             counted[minute] += 1
     assert len({c for c in counted.values()}) > 1, "the completions must differ per minute"
     assert [(m, n) for m, n in chart] == list(counted.items())
+
+
+# A count reads up to COUNT_CAP (10,000) matching rows: an index-only range of that many
+# entries, with the heap of a tier whose visibility map is not set. Far below a walk of a
+# big tier for a value it lacks (hundreds of thousands of rows here).
+COUNT_BUFFERS = 3_000
+
+
+@pytest.mark.parametrize("filters", SEARCHES.values(), ids=SEARCHES.keys())
+def test_every_search_count_stops_at_the_cap_on_an_index_range(
+    backlog: psycopg.Connection, empty_partitions: set[str], filters: dict[str, Any]
+) -> None:
+    params = {**SEARCH, **filters, "cap": 10_001}
+    plan = explain(backlog, query("dashboard_task_count"), params, analyze=True)
+    shown = json.dumps(plan, indent=1)
+    assert _buffers(plan) <= COUNT_BUFFERS, (
+        f"read {_buffers(plan)} buffers (at most {COUNT_BUFFERS}):\n{shown}"
+    )
+    counted = backlog.execute(query("dashboard_task_count"), params).fetchone()
+    assert counted is not None
+    reference = _reference(backlog, {**params, "max_rows": 10_001})
+    assert counted[0] == len(reference)
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [{"task_type": "future"}, {"task_type": "old"}, {"due_from": NOW + timedelta(days=30)}],
+    ids=["type (cold)", "type (done)", "due from (cold)"],
+)
+def test_search_pages_follow_on_by_keyset(
+    backlog: psycopg.Connection, empty_partitions: set[str], filters: dict[str, Any]
+) -> None:
+    """The third page, reached by the cursor of the second, reads an index range as the
+    first does, and is what a plain query's rows 101-150 are."""
+    params = {**SEARCH, **filters}
+    ranged = params["due_from"] is not None
+    reference = _reference(backlog, {**params, "max_rows": 150})[100:]
+    cursor_row = backlog.execute(
+        "SELECT id, next_run_at FROM pgsched.tasks WHERE id = %s",
+        (_reference(backlog, {**params, "max_rows": 100})[-1],),
+    ).fetchone()
+    assert cursor_row is not None
+    if ranged:
+        params.update(after_due=cursor_row[1], after_id=cursor_row[0])
+    else:
+        params.update(before_id=cursor_row[0])
+    found = [r[0] for r in backlog.execute(query("dashboard_task_search"), params)]
+    assert found == reference
+    plan = explain(backlog, query("dashboard_task_search"), params, analyze=True)
+    assert _buffers(plan) <= SEARCH_BUFFERS, json.dumps(plan, indent=1)
