@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -16,7 +17,9 @@ LOG_LEVEL = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=F
 
 
 class JsonValue(click.ParamType[Any]):
-    """Any JSON text; with `object_only`, a JSON object."""
+    """Any JSON text, or `@FILE` to read it from a file (`@-`: stdin): a document can be
+    larger than an argument list may be (Linux refuses one argument over 128 KiB). With
+    `object_only`, a JSON object."""
 
     name = "json"
 
@@ -26,13 +29,34 @@ class JsonValue(click.ParamType[Any]):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
             return value
+        source = None
+        if value.startswith("@"):
+            source = value[1:]
+            value = self._read(source, param, ctx)
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError as exc:
-            self.fail(f"not JSON: {exc}", param, ctx)
+            self.fail(f"{source} is not JSON: {exc}" if source else f"not JSON: {exc}", param, ctx)
         if self.object_only and not isinstance(parsed, dict):
-            self.fail(f"must be a JSON object ({{...}}), not {type(parsed).__name__}", param, ctx)
+            kind = type(parsed).__name__
+            if source:
+                self.fail(f"{source} must hold a JSON object ({{...}}), not {kind}", param, ctx)
+            self.fail(f"must be a JSON object ({{...}}), not {kind}", param, ctx)
         return parsed
+
+    def _read(self, source: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if not source:
+            self.fail("name a file after @ (or @- for stdin)", param, ctx)
+        if source == "-":
+            return sys.stdin.read()
+        try:
+            with open(source, encoding="utf-8") as file:
+                return file.read()
+        except FileNotFoundError:
+            self.fail(f"cannot read {source}: no such file", param, ctx)
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            self.fail(f"cannot read {source}: {reason}", param, ctx)
 
 
 JSON_VALUE = JsonValue()

@@ -77,7 +77,12 @@ def _same_schedule(dsn: str, **params: Any) -> int | None:
 
 @click.command()
 @click.argument("task_type")
-@click.option("--payload", type=JSON_VALUE, default="{}", help="The task's payload, as JSON.")
+@click.option(
+    "--payload",
+    type=JSON_VALUE,
+    default="{}",
+    help="The task's payload, as JSON, or @FILE to read it from a file (@- for stdin).",
+)
 @click.option("--at", "when", default=None, help="When to run: now, +15m, +2h, +3d, or ISO 8601.")
 @click.option(
     "--tz",
@@ -93,7 +98,12 @@ def _same_schedule(dsn: str, **params: Any) -> int | None:
 @click.option(
     "--max-attempts", type=int, default=3, show_default=True, help="Attempts before DEAD."
 )
-@click.option("--metadata", type=JSON_OBJECT, default="{}", help="Metadata, as a JSON object.")
+@click.option(
+    "--metadata",
+    type=JSON_OBJECT,
+    default="{}",
+    help="Metadata, as a JSON object, or @FILE to read it from a file (@- for stdin).",
+)
 @click.option(
     "--cron", "cron_expression", default=None, help="Recurring: a 5-field cron expression."
 )

@@ -19,7 +19,12 @@ def tenants() -> None:
 @tenants.command("add")
 @click.argument("tenant_id")
 @click.option("--product", required=True, help="The product the tenant uses.")
-@click.option("--metadata", type=JSON_OBJECT, default="{}", help="A JSON object.")
+@click.option(
+    "--metadata",
+    type=JSON_OBJECT,
+    default="{}",
+    help="A JSON object, or @FILE to read it from a file (@- for stdin).",
+)
 @click.pass_obj
 def tenants_add(state: CliState, tenant_id: str, product: str, metadata: dict[str, Any]) -> None:
     """Register a tenant (or update and re-activate it)."""
