@@ -486,16 +486,31 @@ SELECT exists(
 ) AS found;
 
 -- name: task_timeline
+-- pgsched.task_timeline's "scheduled" row reads the task's due time now, a retry's after a
+-- retry: the first event records the due time the task had then (scheduled_for), which is
+-- when it was first due. A task with no event yet (or none left after retention) has only
+-- its own.
 SELECT
-    occurred_at,
-    what,
-    from_status::text AS from_status,
-    attempt,
-    worker,
-    detail
-FROM pgsched.task_timeline
-WHERE task_id = %(task_id)s
-ORDER BY occurred_at ASC, event_id ASC;
+    tl.occurred_at,
+    tl.what,
+    tl.from_status::text AS from_status,
+    tl.attempt,
+    tl.worker,
+    CASE
+        WHEN tl.event_id = 0 THEN format('due %%s', coalesce(first_event.scheduled_for, t.next_run_at))
+        ELSE tl.detail
+    END AS detail
+FROM pgsched.task_timeline AS tl
+INNER JOIN pgsched.tasks AS t ON tl.task_id = t.id
+LEFT JOIN LATERAL (
+    SELECT e.scheduled_for
+    FROM pgsched.task_events AS e
+    WHERE e.task_id = t.id
+    ORDER BY e.id ASC
+    LIMIT 1
+) AS first_event ON tl.event_id = 0
+WHERE tl.task_id = %(task_id)s
+ORDER BY tl.occurred_at ASC, tl.event_id ASC;
 
 -- name: schedule_list
 SELECT

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -317,3 +317,31 @@ def test_history_limit_must_be_positive(db_env: dict[str, str]) -> None:
         refused = run_cli(db_env, "history", "--limit", limit, ok=False)
         assert refused.returncode == 2, refused.stderr
         assert "--limit" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_show_says_when_the_task_was_first_due_not_when_its_retry_is(
+    conn: psycopg.Connection, db_env: dict[str, str]
+):
+    task_id = schedule(conn, "invoice", run_at=datetime.now(UTC) - timedelta(minutes=1))
+    first_due = conn.execute(
+        "SELECT format('due %%s', next_run_at) FROM pgsched.tasks WHERE id = %s", (task_id,)
+    ).fetchone()
+    finish(conn, task_id, claim(conn, task_id), "RETRY", "upstream timed out")
+    retry_due = conn.execute(
+        "SELECT format('due %%s', next_run_at) FROM pgsched.tasks WHERE id = %s", (task_id,)
+    ).fetchone()
+    assert first_due is not None and retry_due is not None and first_due != retry_due
+
+    timeline = as_json(db_env, "show", str(task_id))["timeline"]
+    assert (timeline[0]["what"], timeline[0]["detail"]) == ("scheduled", first_due[0])
+    table = run_cli(db_env, "show", str(task_id)).stdout
+    scheduled_line = next(line for line in table.splitlines() if " scheduled " in f" {line} ")
+    assert first_due[0].split()[1] in scheduled_line  # its date, at least, fits the column
+
+    # Not yet run: the due time is the task's own.
+    waiting = schedule(conn, "invoice", run_at=datetime.now(UTC) + timedelta(hours=1))
+    now_due = conn.execute(
+        "SELECT format('due %%s', next_run_at) FROM pgsched.tasks WHERE id = %s", (waiting,)
+    ).fetchone()
+    assert now_due is not None
+    assert as_json(db_env, "show", str(waiting))["timeline"][0]["detail"] == now_due[0]
