@@ -347,7 +347,8 @@ SELECT
     h.scheduled_for,
     h.started_at,
     h.finished_at,
-    extract(EPOCH FROM h.lateness)::float8 * 1000 AS lateness_ms,
+    -- In numeric, then to float8: exact to the microsecond (0.89, not 0.8899999999999999).
+    round(extract(EPOCH FROM h.lateness) * 1000, 3)::float8 AS lateness_ms,
     h.worker,
     h.outcome,
     h.detail,

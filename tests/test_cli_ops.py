@@ -345,3 +345,30 @@ def test_show_says_when_the_task_was_first_due_not_when_its_retry_is(
     ).fetchone()
     assert now_due is not None
     assert as_json(db_env, "show", str(waiting))["timeline"][0]["detail"] == now_due[0]
+
+
+def test_dead_list_aligns_text_left_and_numbers_right_under_their_headers(
+    conn: psycopg.Connection, db_env: dict[str, str]
+):
+    make_dead(conn, "email", "a_rather_long_tenant", "boom")
+    for _ in range(9):  # ids of one and two digits
+        make_dead(conn, "sms_notification", "t", "no route")
+    lines = run_cli(db_env, "dead", "list").stdout.splitlines()
+    header, rows = lines[0], lines[1:]
+    assert len(rows) == 10
+
+    def start(name: str) -> int:
+        return header.index(name)
+
+    def end(name: str) -> int:
+        return header.index(name) + len(name)
+
+    for line in rows:
+        cells = line.split()
+        task_id, tenant, task_type, attempts = cells[0], cells[1], cells[2], cells[3]
+        # Numbers end under the end of their header; text starts under its start.
+        assert line[: end("ID")].rstrip().endswith(task_id) and line[end("ID")] == " ", line
+        assert line[start("TENANT_ID") :].startswith(tenant), line
+        assert line[start("TASK_TYPE") :].startswith(task_type), line
+        assert line[: end("ATTEMPTS")].endswith(attempts), line
+        assert line[start("LAST_ERROR") :].startswith(("boom", "no route")), line

@@ -372,3 +372,21 @@ def test_history_of_a_recurring_schedule_names_the_schedule(
         (schedule_id,),
     ).fetchone()
     assert view is not None and view[0] == 2
+
+
+def test_lateness_is_given_to_the_microsecond_without_float_noise(
+    conn: psycopg.Connection, db_env: dict[str, str]
+) -> None:
+    row = conn.execute("SELECT date_trunc('second', now()) - interval '1 hour'").fetchone()
+    assert row is not None
+    due: datetime = row[0]
+    task_id = schedule(conn, "ping", run_at=due)
+    token = claim(conn, task_id, "w-a", due + timedelta(microseconds=890))
+    report(conn, task_id, token, "COMPLETED", due + S)
+
+    done = run_cli(db_env, "history", "--task", str(task_id), "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"lateness_ms": 0.89,' in done.stdout
+    assert json.loads(done.stdout)[0]["lateness_ms"] == 0.89
+    wide = run_cli(db_env, "history", "--task", str(task_id), "--wide").stdout
+    assert " 0.890 " in wide

@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, TypeVar, cast
 
 import click
@@ -135,11 +136,27 @@ def paged(
 
 
 def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """Rows under upper-case headers: numbers right-aligned, and their headers with them;
+    everything else (text, times, flags) left-aligned."""
     cells = [[_cell(row[c]) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(lines)
+    numeric = [_is_number_column([row[c] for row in rows]) for c in columns]
+
+    def line(values: list[str]) -> str:
+        placed = [
+            v.rjust(w) if right else v.ljust(w)
+            for v, w, right in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(placed).rstrip()
+
+    return "\n".join([line([c.upper() for c in columns]), *(line(r) for r in cells)])
+
+
+def _is_number_column(values: list[Any]) -> bool:
+    present = [v for v in values if v is not None]
+    return bool(present) and all(
+        isinstance(v, int | float | Decimal) and not isinstance(v, bool) for v in present
+    )
 
 
 def _cell(value: Any) -> str:
@@ -179,10 +196,14 @@ def fit_table(
             break
         widest = max(candidates, key=lambda c: widths[c] - floor[c])
         widths[widest] -= 1
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip()]
-    for row in cells:
-        fitted = [_cut(row[c], widths[c]).ljust(widths[c]) for c in columns]
-        lines.append("  ".join(fitted).rstrip())
+    numeric = {c: _is_number_column([row[c] for row in rows]) for c in columns}
+
+    def place(text: str, column: str) -> str:
+        width = widths[column]
+        return text.rjust(width) if numeric[column] else _cut(text, width).ljust(width)
+
+    lines = ["  ".join(place(c.upper(), c) for c in columns).rstrip()]
+    lines += ["  ".join(place(row[c], c) for c in columns).rstrip() for row in cells]
     return "\n".join(lines)
 
 
