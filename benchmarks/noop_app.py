@@ -2,6 +2,7 @@
 
 noop        async, does nothing: measures the engine, not the handler
 noop_sync   plain def, does nothing: adds the thread-pool hop that sync handlers take
+noop_sync_timeout  plain def with a timeout, does nothing: runs in a handler process
 sleep       async, sleeps payload['seconds']: holds a slot (the limits benchmark)
 """
 
@@ -22,6 +23,11 @@ async def noop(ctx: TaskContext) -> None:
 
 @app.handler("noop_sync")
 def noop_sync(ctx: TaskContext) -> None:
+    return None
+
+
+@app.handler("noop_sync_timeout", timeout=60)
+def noop_sync_timeout(ctx: TaskContext) -> None:
     return None
 
 

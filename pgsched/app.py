@@ -114,13 +114,23 @@ class App:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         transactional: bool = False,
+        isolation: str | None = None,
     ) -> Callable[[Any], Any]:
-        """Register a function (sync or async) or a TaskHandler class for a task type."""
+        """Register a function (sync or async) or a TaskHandler class for a task type.
+
+        `isolation` says where plain (`def`) steps run: "process" (a handler process of the
+        lane, killed when the attempt must end: the default with a timeout) or "thread"
+        (the lane's thread pool: the default without one)."""
 
         def register(target: Any) -> Any:
             handler = target() if isinstance(target, type) else target
             self.register(
-                task_type, handler, retry=retry, timeout=timeout, transactional=transactional
+                task_type,
+                handler,
+                retry=retry,
+                timeout=timeout,
+                transactional=transactional,
+                isolation=isolation,
             )
             return target
 
@@ -134,9 +144,15 @@ class App:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         transactional: bool = False,
+        isolation: str | None = None,
     ) -> Registration:
         return self.registry.register(
-            task_type, handler, retry=retry, timeout=timeout, transactional=transactional
+            task_type,
+            handler,
+            retry=retry,
+            timeout=timeout,
+            transactional=transactional,
+            isolation=isolation,
         )
 
     def run_worker(self, config: Any = None) -> None:

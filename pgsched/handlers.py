@@ -84,6 +84,10 @@ class CancelFlag:
         # task CANCELLED without calling its handler.
         self.started = False
         self.ending = "the handler stopped"
+        # The current step runs in a handler process (pgsched/worker/handler_processes.py),
+        # which `on_set` tells of the request.
+        self.in_process = False
+        self.on_set: Callable[[], object] | None = None
 
     def set(self) -> None:
         with _CANCEL_EVENT_LOCK:
@@ -91,6 +95,8 @@ class CancelFlag:
             event = self._event
         if event is not None:
             event.set()
+        if self.on_set is not None:
+            self.on_set()
 
     def is_set(self) -> bool:
         return self._set
@@ -144,6 +150,20 @@ class TaskContext:
     @property
     def tenant_id(self) -> str:
         return self.task.tenant_id
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, from 1 (`ctx.task.attempt`)."""
+        return self.task.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        """Attempts the task may take in all (`ctx.task.max_attempts`)."""
+        return self.task.max_attempts
+
+    @property
+    def task_id(self) -> int:
+        return self.task.id
 
     @property
     def cancelled(self) -> bool:
@@ -261,6 +281,13 @@ class FunctionHandler(TaskHandler):
 STEPS = ("validate", "before_execute", "execute", "after_execute")
 MAX_TIMEOUT_SECONDS = 24 * 3600  # a handler's timeout: more than 0, at most a day
 
+# Where a handler's plain steps run (`isolation=`):
+#   "process"  a handler process of its lane, killed when the attempt must end (timeout,
+#              cancel, lost lease, shutdown); the default for a plain handler with a timeout
+#   "thread"   a thread of its lane's pool, which nothing can stop; the default otherwise
+# Async steps always run on their lane's event loop.
+ISOLATIONS = ("process", "thread")
+
 
 @dataclass
 class Registration:
@@ -271,6 +298,8 @@ class Registration:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float | None = None
     transactional: bool = False
+    # None: "process" for a plain handler with a timeout, else "thread" (see ISOLATIONS).
+    isolation: str | None = None
     is_async: bool = field(init=False)
     # Each step's callable (None: not overridden, skipped) and whether it is async, looked
     # up once here rather than for every task.
@@ -289,6 +318,37 @@ class Registration:
         self.async_steps = frozenset(
             name for name, fn in self.steps.items() if inspect.iscoroutinefunction(fn)
         )
+        self.isolation = self._isolation(self.isolation)
+
+    def _isolation(self, asked: str | None) -> str:
+        if asked is not None and asked not in ISOLATIONS:
+            raise InvalidTaskError(
+                f"isolation {asked!r} for task type {self.task_type!r}: choose 'process' or "
+                "'thread'"
+            )
+        plain_only = not self.async_steps
+        if asked is None:
+            # A transactional handler's connection belongs to the worker's pool, which a
+            # handler process cannot share: it keeps its thread.
+            wanted = self.timeout is not None and plain_only and not self.transactional
+            return "process" if wanted else "thread"
+        if asked == "process" and not plain_only:
+            raise InvalidTaskError(
+                f"isolation='process' for task type {self.task_type!r}: a handler process "
+                "runs plain (def) steps, and this handler has async ones (async steps run on "
+                "their lane's event loop; make every step plain, or drop isolation)"
+            )
+        if asked == "process" and self.transactional:
+            raise InvalidTaskError(
+                f"isolation='process' for task type {self.task_type!r}: a transactional "
+                "handler uses a connection of the worker's pool, which a handler process "
+                "cannot share; use isolation='thread'"
+            )
+        return asked
+
+    @property
+    def in_process(self) -> bool:
+        return self.isolation == "process"
 
     def _lookup(self, name: str) -> Callable[[TaskContext], Any] | None:
         method = getattr(self.handler, name)
@@ -313,6 +373,7 @@ class HandlerRegistry:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         transactional: bool = False,
+        isolation: str | None = None,
     ) -> Registration:
         if task_type in self._by_type:
             raise ValueError(f"a handler for task type {task_type!r} is already registered")
@@ -321,7 +382,7 @@ class HandlerRegistry:
                 raise TypeError("a handler is a TaskHandler or a callable taking ctx")
             handler = FunctionHandler(handler)
         registration = Registration(
-            task_type, handler, retry or RetryPolicy(), timeout, transactional
+            task_type, handler, retry or RetryPolicy(), timeout, transactional, isolation
         )
         self._by_type[task_type] = registration
         return registration

@@ -1,6 +1,7 @@
-"""Handler faults stay inside their task and their lane: hung plain handlers in LOW cannot
-take HIGH's threads (each lane has its own pool; a timed-out handler's stuck thread is
-counted, and past --max-stuck-threads the worker drains and exits 3); an async handler that
+"""Handler faults stay inside their task and their lane: hung plain handlers kept in
+threads (isolation='thread') in LOW cannot take HIGH's threads (each lane has its own pool;
+a timed-out handler's stuck thread is counted, and past --max-stuck-threads the worker
+drains and exits 3); an async handler that
 blocks the event loop is named by the stall watchdog; SystemExit, KeyboardInterrupt and
 GeneratorExit raised by a handler fail the attempt and the worker runs on."""
 
@@ -44,7 +45,7 @@ def test_high_keeps_its_threads_and_its_times_while_low_is_full_of_hung_handlers
     w.wait_running()
     # Five times LOW's concurrency of handlers that hang 60 s past a 1 s timeout.
     hung = [
-        schedule(conn, "hung_sync", '{"seconds": 60}', priority=1, max_attempts=1)
+        schedule(conn, "hung_sync_thread", '{"seconds": 60}', priority=1, max_attempts=1)
         for _ in range(5 * concurrency)
     ]
     wait_until(
@@ -91,9 +92,12 @@ def test_high_keeps_its_threads_and_its_times_while_low_is_full_of_hung_handlers
         assert story[-1]["to_status"] == "FAILED"
         assert (ended - started).total_seconds() < 3, story
         assert task(conn, task_id)["last_error"] == "timed out after 1.0s"
-        assert f"task {task_id} (type hung_sync, lane LOW, attempt 1): attempt failed" in w.log()
+        assert (
+            f"task {task_id} (type hung_sync_thread, lane LOW, attempt 1): attempt failed"
+            in w.log()
+        )
         assert re.search(
-            rf"task {task_id} \(type hung_sync, lane LOW, attempt 1\): its attempt is over, "
+            rf"task {task_id} \(type hung_sync_thread, lane LOW, attempt 1\): its attempt is over, "
             r"but thread pgsched-low_\d+ still runs its handler",
             w.log(),
         )
@@ -112,7 +116,8 @@ def test_too_many_stuck_threads_drain_and_exit_non_zero(
     )
     w.wait_running()
     hung = [
-        schedule(conn, "hung_sync", '{"seconds": 60}', priority=1, max_attempts=1) for _ in range(4)
+        schedule(conn, "hung_sync_thread", '{"seconds": 60}', priority=1, max_attempts=1)
+        for _ in range(4)
     ]
     assert w.wait_exit(20) == 3
     assert "more than --max-stuck-threads 2: draining and exiting with status 3" in w.log()
@@ -169,3 +174,45 @@ def test_base_exceptions_from_a_handler_fail_the_attempt_and_the_worker_runs_on(
     w.send(signal.SIGINT)
     assert w.wait_exit(15) == 0
     assert "signal received" in w.log()
+
+
+def test_a_blocked_lane_keeps_its_leases_and_the_other_lane_runs_on(
+    conn: psycopg.Connection, workers: Workers
+) -> None:
+    # LOW's loop blocked 4 s, twice the 2 s lease: only the heartbeat thread, which runs
+    # beside every lane's loop, keeps the blocking task from being rescued meanwhile.
+    w = workers.start("W1", app=APP, lanes="high,low", lease=2, extra=["--stall-threshold", "0.5"])
+    w.wait_running()
+    blocker = schedule(conn, "blocks_loop", '{"seconds": 4}', priority=1)
+    wait_until(
+        lambda: statuses(conn, [blocker])[blocker] == "PROCESSING", 10, what="the blocker to run"
+    )
+    time.sleep(0.5)
+    now = db_now(conn)
+    urgent = [
+        schedule(conn, "quick_async", priority=9, run_at=now + timedelta(seconds=0.2 * i))
+        for i in range(10)
+    ]
+    wait_until(
+        lambda: set(statuses(conn, urgent).values()) == {"COMPLETED"},
+        10,
+        what="HIGH's tasks to run while LOW is blocked",
+    )
+    # HIGH ran while LOW was still blocked, on time.
+    assert statuses(conn, [blocker])[blocker] == "PROCESSING"
+    lateness = [
+        row[0]
+        for row in conn.execute(
+            "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
+            " WHERE task_id = ANY(%s)",
+            (urgent,),
+        ).fetchall()
+    ]
+    assert max(lateness) < 0.5, lateness
+    wait_until(lambda: statuses(conn, [blocker])[blocker] == "COMPLETED", 15, what="the blocker")
+    # One attempt: its lease was renewed all along, never rescued nor lost.
+    assert task(conn, blocker)["attempts"] == 1
+    assert "lease lost" not in w.log() and "rescued" not in w.log()
+    assert re.search(rf"event loop blocked for \d+ ms .* by task {blocker} ", w.log()), w.log()
+    after = schedule(conn, "quick_async", priority=1)
+    wait_until(lambda: statuses(conn, [after])[after] == "COMPLETED", 10, what="LOW again")

@@ -66,11 +66,13 @@ def test_lifecycle_order_async_and_sync(conn: psycopg.Connection, workers: Worke
             # ctx.state set by before_execute is what execute sees: one context per attempt.
             assert logged[names.index("execute")]["detail"] == "before_execute", where
         threads = {s["thread"] for s in logged}
+        # Each lane's event loop runs in a thread of its own (lane_engine.py).
+        lane_loop_thread = "pgsched-lane-normal"
         if task_type.endswith("_sync"):
-            # Plain functions run in the thread pool, never on the event loop's thread.
-            assert "MainThread" not in threads, where
+            # Plain functions run in the lane's thread pool, never on its event loop.
+            assert lane_loop_thread not in threads and "MainThread" not in threads, where
         else:
-            assert threads == {"MainThread"}, where
+            assert threads == {lane_loop_thread}, where
 
         row = task(conn, task_id)
         if case == "fail":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from lane_loops import next_due_in, opened_pool
@@ -31,9 +31,9 @@ from pgsched.lanes import Lane
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.claims import claim_many
 from pgsched.worker.config import LaneSettings, WorkerConfig
+from pgsched.worker.lane_engine import LaneEngine
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
-from pgsched.worker.worker import Worker
 
 # Generous: a loop that heeds its cancel ends within a step or two of the event loop.
 ENDS_WITHIN = 10.0
@@ -268,14 +268,27 @@ def test_the_lease_rescue_loop_cancelled_as_the_pool_hands_it_a_connection_stops
     db_dsn: str,
 ) -> None:
     config = WorkerConfig(lanes=(Lane.NORMAL,), rescue_interval=0.001)
-    worker = Worker(db_dsn, HandlerRegistry(), config)
+    lane = LaneEngine(
+        Lane.NORMAL,
+        db_dsn,
+        "w-stop",
+        HandlerRegistry(),
+        config,
+        keeper=cast(Any, None),  # the rescue loop renews no lease
+        metrics=None,
+        plain_pool=None,
+        open_plain_pool=False,
+        on_thread_stuck=lambda *_: None,
+        arm_next=lambda _: None,
+        stop_worker=lambda: None,
+    )
 
     async def scenario() -> list[int]:
         ran_on = []
         async with opened_pool(db_dsn, max_size=1) as pool:
             for steps in HAND_OVER_STEPS:
                 held = await pool.getconn()
-                running = asyncio.create_task(worker._rescue_loop(pool))
+                running = asyncio.create_task(lane._rescue_loop(pool))
                 if not await cancelled_at_hand_over(pool, held, running, steps):
                     ran_on.append(steps)
         return ran_on

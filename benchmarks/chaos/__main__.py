@@ -81,6 +81,21 @@ LONG_FORM: list[tuple[str, Run, tuple[str, ...]]] = [
         ("hung_low_failed", "worker_alive"),
     ),
     (
+        "lanes_contained_hung",
+        partial(scenarios.lanes_contained, bad="hung", seconds=30),
+        ("high_control_p99_ms", "high_p50_ms", "high_p99_ms", "high_max_ms", "bad_final"),
+    ),
+    (
+        "lanes_contained_block",
+        partial(scenarios.lanes_contained, bad="block", seconds=30),
+        ("high_control_p99_ms", "high_p50_ms", "high_p99_ms", "high_max_ms", "low_after_block"),
+    ),
+    (
+        "handler_process_deaths",
+        partial(scenarios.handler_process_deaths, count=100),
+        ("killed_named", "segfault_named", "worker_alive"),
+    ),
+    (
         "terminated_backends",
         partial(scenarios.terminated_backends, seconds=90),
         ("kills", "writes_not_once", "sigterm_exit", "sigterm_s"),
@@ -137,6 +152,8 @@ RECOVERY_MEANS = {
     "idle_session_timeout": "worst schedule-to-start",
     "database_read_only": "writable to next run",
     "hung_low_handlers": "HIGH's worst lateness",
+    "lanes_contained_hung": "HIGH's p99 lateness beside hung LOW handlers",
+    "lanes_contained_block": "HIGH's p99 lateness beside a blocked LOW loop",
     "terminated_backends": "kill to next run",
     "too_few_connection_slots": "start to first run",
     "xmin_held": "COMMIT to claims normal",

@@ -88,3 +88,34 @@ def raises_base(ctx: TaskContext) -> None:
 def hung_sync(ctx: TaskContext) -> None:
     record_run(ctx)
     time.sleep(ctx.payload.get("seconds", 30))
+
+
+# -- lanes contained (issue: a broken handler must not make HIGH wait) -------------------
+
+
+@app.handler("hangs", timeout=2.0, retry=QUICK_RETRY)
+def hangs(ctx: TaskContext) -> None:
+    """A plain handler hung far past its 2 s timeout: a library call without a timeout.
+    It runs in a handler process (the default for a plain handler with a timeout), which
+    is killed when the timeout passes."""
+    record_run(ctx)
+    time.sleep(ctx.payload.get("seconds", 3600))
+
+
+@app.handler("blocks_loop", retry=QUICK_RETRY)
+async def blocks_loop(ctx: TaskContext) -> None:
+    """A synchronous call inside `async def`: it blocks its lane's event loop."""
+    record_run(ctx)
+    time.sleep(ctx.payload["seconds"])
+
+
+@app.handler("dies", isolation="process", retry=QUICK_RETRY)
+def dies(ctx: TaskContext) -> None:
+    """The process running it dies mid-task: SIGKILL (what the OOM killer sends) or a real
+    segmentation fault in C code."""
+    record_run(ctx)
+    if ctx.payload["how"] == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
+    os.kill(os.getpid(), 9)

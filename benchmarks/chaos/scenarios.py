@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -750,3 +751,137 @@ def _back_to_normal(
         elif settled is None:
             settled = at
     return None if settled is None else settled - fault_at
+
+
+def _lateness(s: Scenario, ids: list[int]) -> list[float]:
+    return sorted(
+        float(r[0])
+        for r in s.execute(
+            "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
+            " WHERE task_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+    )
+
+
+def _p(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 1)
+
+
+def _urgent_stream(s: Scenario, rate: float, seconds: float, lead: float = 1.0) -> list[int]:
+    """HIGH tasks due `rate` a second for `seconds`, the first `lead` seconds from now."""
+    now = s.execute("SELECT clock_timestamp()").fetchone()[0]
+    return [
+        s.schedule(
+            "work", {"seconds": 0}, priority=9, run_at=now + timedelta(seconds=lead + i / rate)
+        )
+        for i in range(int(rate * seconds))
+    ]
+
+
+def lanes_contained(
+    s: Scenario, *, bad: str, seconds: float, rate: float = 20.0, hung: int = 20
+) -> Figures:
+    """`pgsched worker --lanes high,low` with the default flags. First a control: HIGH
+    tasks due `rate` a second for `seconds`, alone. Then the same stream beside a LOW lane
+    broken by `bad`:
+
+    hung   `hung` plain handlers that hang far past their 2 s timeout (each attempt is
+           killed with its handler process; two attempts, then DEAD);
+    block  an `async def` handler that calls time.sleep for `seconds` / 2, blocking LOW's
+           event loop, with quick LOW tasks falling due meanwhile (they run once it ends).
+
+    Recovery: HIGH's p99 lateness beside the broken lane."""
+    w = s.workers.start("L0", app=APP, lanes="high,low", lease=30.0, poll=2.0, grace=5.0)
+    w.wait_running()
+    control = _urgent_stream(s, rate, seconds)
+    settled = s.settle(control, seconds + 30)
+    control_lateness = _lateness(s, control)
+    bad_ids: list[int] = []
+    low_ids: list[int] = []
+    expected: dict[int, str] = dict.fromkeys(control, "COMPLETED")
+    if bad == "hung":
+        bad_ids = [
+            s.schedule("hangs", {"seconds": 3600}, priority=1, max_attempts=2) for _ in range(hung)
+        ]
+        expected.update(dict.fromkeys(bad_ids, "FAILED"))
+        urgent = _urgent_stream(s, rate, seconds)
+    else:
+        block_s = seconds / 2
+        bad_ids = [s.schedule("blocks_loop", {"seconds": block_s}, priority=1)]
+        wait_for(
+            lambda: any(run[0] == bad_ids[0] for run in s.runs()),
+            20,
+            "the blocking LOW task to start",
+        )
+        urgent = _urgent_stream(s, rate, seconds, lead=0.2)
+        # LOW work falling due while its loop is blocked: it runs once the block ends.
+        now = s.execute("SELECT clock_timestamp()").fetchone()[0]
+        low_ids = [
+            s.schedule("work", {"seconds": 0}, priority=1, run_at=now + timedelta(seconds=0.5))
+            for _ in range(5)
+        ]
+        expected.update(dict.fromkeys(bad_ids + low_ids, "COMPLETED"))
+    expected.update(dict.fromkeys(urgent, "COMPLETED"))
+    ids = control + bad_ids + low_ids + urgent
+    final = {**settled, **s.settle(bad_ids + low_ids + urgent, seconds + 60)}
+    urgent_lateness = _lateness(s, urgent)
+    errors = [
+        r[0]
+        for r in s.execute(
+            "SELECT last_error FROM pgsched.tasks WHERE id = ANY(%s)", (bad_ids,)
+        ).fetchall()
+    ]
+    return s.figures(
+        ids,
+        final,
+        expected=expected,
+        recovery_s=urgent_lateness[min(len(urgent_lateness) - 1, int(0.99 * len(urgent_lateness)))]
+        if urgent_lateness
+        else None,
+        high_control_p50_ms=_p(control_lateness, 0.5),
+        high_control_p99_ms=_p(control_lateness, 0.99),
+        high_p50_ms=_p(urgent_lateness, 0.5),
+        high_p99_ms=_p(urgent_lateness, 0.99),
+        high_max_ms=_p(urgent_lateness, 1.0),
+        high_ran=len(urgent_lateness),
+        high_scheduled=len(urgent),
+        bad_final=dict(Counter(final.get(i) for i in bad_ids)),
+        bad_errors_timeout=sum(1 for e in errors if e and "timed out after 2.0s" in e),
+        low_after_block=sum(1 for i in low_ids if final.get(i) == "COMPLETED"),
+        worker_alive=w.alive(),
+        worker_exit=w.proc.poll(),
+    )
+
+
+def handler_process_deaths(s: Scenario, *, count: int) -> Figures:
+    """Handler processes that die mid-task (SIGKILL, as the OOM killer sends, and a real
+    segmentation fault), mixed with ordinary work in the same lane: each death fails its
+    attempt (retried, then DEAD, the signal named), the lane and the worker run on."""
+    w = s.workers.start("D0", app=APP, lanes="normal", lease=30.0, poll=2.0)
+    w.wait_running()
+    expected: dict[int, str] = {}
+    for n in range(count):
+        how = ("sigkill", "segfault")[n % 2]
+        expected[s.schedule("dies", {"how": how}, max_attempts=2)] = "FAILED"
+        expected[s.schedule("work", {"seconds": 0})] = "COMPLETED"
+    ids = list(expected)
+    final = s.settle(ids, 60)
+    errors = [
+        r[0]
+        for r in s.execute(
+            "SELECT last_error FROM pgsched.tasks WHERE id = ANY(%s) AND task_type = 'dies'",
+            (ids,),
+        ).fetchall()
+    ]
+    return s.figures(
+        ids,
+        final,
+        expected=expected,
+        recovery_s=None,
+        killed_named=sum(1 for e in errors if e and "killed by SIGKILL" in e),
+        segfault_named=sum(1 for e in errors if e and "killed by SIGSEGV" in e),
+        worker_alive=w.alive(),
+    )

@@ -92,7 +92,9 @@ def error_class(error: str | BaseException | None) -> str | None:
     if error is None:
         return None
     if isinstance(error, BaseException):
-        return type(error).__name__
+        # A handler process's error carries the class name of what it raised there.
+        reported = getattr(error, "error_class", None)
+        return reported if isinstance(reported, str) else type(error).__name__
     return error.split(":", 1)[0].split("(", 1)[0].strip() or None
 
 

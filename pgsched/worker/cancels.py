@@ -9,7 +9,9 @@ case the notification was lost). Either way `request` is called on the event loo
   asyncio task is cancelled, so the handler receives `asyncio.CancelledError`;
 - a step running in a thread (a plain handler) cannot be interrupted (Python cannot stop a
   thread): it gets `--cancel-grace` seconds to notice and return; after that its attempt
-  is abandoned like a timed-out one, and its thread is counted as stuck until it returns.
+  is abandoned like a timed-out one, and its thread is counted as stuck until it returns;
+- a step running in a handler process sees `ctx.cancelled` there, gets the same grace,
+  and then its process is killed.
 
 The runner then reports CANCELLED (`TaskRunner.run`). A handler that completes before any
 of this happens wins the race: the database records it COMPLETED, saying so. A fan-out
@@ -110,8 +112,13 @@ class CancelRequests:
         )
         flag.ending = (
             f"the plain handler did not return within the cancel grace of {self._grace:g}s"
-            " and was abandoned (its thread runs on)"
         )
-        # Cancels the awaited step's future: its thread is counted as stuck (threads.py).
+        flag.ending += (
+            " and its handler process was killed"
+            if flag.in_process
+            else " and was abandoned (its thread runs on)"
+        )
+        # Cancels the awaited step: a handler process is killed (handler_processes.py), a
+        # thread is counted as stuck (threads.py).
         flag.task_cancelled = True
         handle.cancel()

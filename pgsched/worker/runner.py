@@ -34,6 +34,12 @@ from pgsched.observability.logs import (
 )
 from pgsched.queries import query
 from pgsched.retry import RetryPolicy
+from pgsched.worker.handler_processes import (
+    HandlerProcessDied,
+    HandlerProcessPool,
+    HandlerRaised,
+    ProcessRun,
+)
 from pgsched.worker.outcomes import Outcome, finish_params
 from pgsched.worker.threads import RaisedInThread, describe_task, running_task
 
@@ -54,6 +60,11 @@ HandlerFault = (Exception, SystemExit, KeyboardInterrupt, GeneratorExit)
 
 def describe(exc: BaseException) -> str:
     """The error and a short traceback summary, for last_error and the event."""
+    if isinstance(exc, HandlerRaised):
+        return exc.description
+    if isinstance(exc, HandlerProcessDied):
+        # The worker's own frames say nothing about the handler: the death says it all.
+        return f"HandlerProcessDied: {exc}"
     if isinstance(exc, RaisedInThread):
         exc = exc.original
     frames = traceback.format_tb(exc.__traceback__, limit=-3)
@@ -193,7 +204,9 @@ class TaskRunner:
         dsn: str | None = None,
         executor: Executor | None = None,
         released_for_slots: Callable[[], None] | None = None,
+        processes: HandlerProcessPool | None = None,
     ) -> None:
+        self._processes = processes
         self._executor = executor
         self._released_for_slots = released_for_slots
         self._record_done = record_done
@@ -271,11 +284,39 @@ class TaskRunner:
             error = f"no handler for task type {task.task_type!r} in worker {self._worker_id}"
             self._record(retry_outcome(task, RetryPolicy(), error, "no_handler"))
             return
+        if registration.in_process and self._processes is not None:
+            await self._run_in_process(registration, task, cancel)
+            return
         if not registration.transactional:
             ctx = TaskContext(task, self._worker_id, dsn=self._dsn, cancel=cancel)
             self._record(await self._lifecycle(registration, ctx))
             return
         await self._run_transactional(registration, task, cancel)
+
+    async def _run_in_process(
+        self, registration: Registration, task: TaskRow, cancel: CancelFlag
+    ) -> None:
+        assert self._processes is not None
+        try:
+            child = await ProcessRun.start(
+                self._processes, registration, task, self._worker_id, self._dsn, cancel
+            )
+        except Exception as exc:
+            log.error(
+                "task %s: no handler process could be started (%s); retrying",
+                task.id,
+                exc,
+                extra=task_fields(task, error_class=error_class(exc)),
+            )
+            error = "no handler process could be started: " + describe(exc)
+            self._record(retry_outcome(task, registration.retry, error))
+            return
+        try:
+            ctx = TaskContext(task, self._worker_id, dsn=self._dsn, cancel=cancel)
+            outcome = await self._lifecycle(registration, ctx, child)
+        finally:
+            child.end()
+        self._record(outcome)
 
     async def _run_transactional(
         self, registration: Registration, task: TaskRow, cancel: CancelFlag
@@ -398,26 +439,35 @@ class TaskRunner:
         return applied
 
     async def _step(
-        self, step: Callable[[TaskContext], Any], ctx: TaskContext, is_async: bool
+        self,
+        registration: Registration,
+        name: str,
+        ctx: TaskContext,
+        child: ProcessRun | None,
     ) -> Any:
-        if is_async:
+        step = registration.steps[name]
+        assert step is not None
+        if name in registration.async_steps:
             # On the event loop: a cancel stops it with CancelledError (in_thread stays
             # False, as it is between steps).
             return await step(ctx)
         # Where the step runs decides how a cancel stops it (pgsched/worker/cancels.py).
         ctx.cancel_flag.in_thread = True
         try:
+            if child is not None:
+                return await child.step(name)
             return await call_step(step, ctx, self._executor)
         finally:
             ctx.cancel_flag.in_thread = False
 
-    async def _lifecycle(self, registration: Registration, ctx: TaskContext) -> Outcome:
+    async def _lifecycle(
+        self, registration: Registration, ctx: TaskContext, child: ProcessRun | None = None
+    ) -> Outcome:
         task = ctx.task
-        steps, is_async = registration.steps, registration.async_steps
-        validate = steps["validate"]
-        if validate is not None:
+        steps = registration.steps
+        if steps["validate"] is not None:
             try:
-                await self._step(validate, ctx, "validate" in is_async)
+                await self._step(registration, "validate", ctx, child)
             except asyncio.CancelledError:
                 raise
             except HandlerFault as exc:
@@ -428,16 +478,13 @@ class TaskRunner:
                 return Outcome(task.id, task.lease_token, "FAILED", error)
         deadline: asyncio.Timeout | None = None
         try:
-            before = steps["before_execute"]
-            if before is not None:
-                await self._step(before, ctx, "before_execute" in is_async)
-            execute = steps["execute"]
-            assert execute is not None
+            if steps["before_execute"] is not None:
+                await self._step(registration, "before_execute", ctx, child)
             if registration.timeout is None:
-                await self._step(execute, ctx, "execute" in is_async)
+                await self._step(registration, "execute", ctx, child)
             else:
                 async with asyncio.timeout(registration.timeout) as deadline:
-                    await self._step(execute, ctx, "execute" in is_async)
+                    await self._step(registration, "execute", ctx, child)
         except asyncio.CancelledError:
             raise
         except HandlerFault as exc:
@@ -447,6 +494,9 @@ class TaskRunner:
                 return self._stopped(ctx, exc)
             if isinstance(exc, TimeoutError) and deadline is not None and deadline.expired():
                 error = f"timed out after {registration.timeout}s"
+                if child is not None:
+                    # Stopped for real: nothing of it runs on.
+                    error += " (its handler process was killed)"
                 return retry_outcome(task, registration.retry, error, "timeout")
             # Any other error (a client library's own TimeoutError too): a failed attempt.
             return retry_outcome(
@@ -460,10 +510,9 @@ class TaskRunner:
                 await self._record_done(task.id, task.lease_token)
             except Exception as exc:
                 ctx.logger.warning("could not record the work as done yet: %s", exc)
-        after = steps["after_execute"]
-        if after is not None:
+        if steps["after_execute"] is not None:
             try:
-                await self._step(after, ctx, "after_execute" in is_async)
+                await self._step(registration, "after_execute", ctx, child)
             except asyncio.CancelledError:
                 raise
             except HandlerFault as exc:

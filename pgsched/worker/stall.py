@@ -1,11 +1,12 @@
 """The event-loop stall watchdog.
 
-Async handlers share the worker's one event loop: an `async def` that blocks (a
-`time.sleep`, a synchronous HTTP call, a long CPU loop) holds every lane's claims, wake-ups
-and outcome writes until it returns. Nothing on the loop can notice that, so a thread
-does: a coroutine stamps the time every few hundred milliseconds, and when the stamp is
-older than the threshold the thread logs which task the loop is running (the coroutine
-that has not yielded), then logs again once the loop runs again, with how long it stood.
+Async handlers share their lane's event loop: an `async def` that blocks (a `time.sleep`,
+a synchronous HTTP call, a long CPU loop) holds its lane's claims, wake-ups and outcome
+writes until it returns (other lanes run on loops of their own). Nothing on the loop can
+notice that, so a thread does: a coroutine stamps the time every few hundred
+milliseconds, and when the stamp is older than the threshold the thread logs which task
+the loop is running (the coroutine that has not yielded), then logs again once the loop
+runs again, with how long it stood.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ class LoopStallWatchdog(threading.Thread):
         loop: asyncio.AbstractEventLoop,
         threshold: float,
         blocking: Callable[[asyncio.AbstractEventLoop], str],
+        name: str = "",
     ) -> None:
-        super().__init__(name="pgsched-stall-watchdog", daemon=True)
+        super().__init__(name=f"pgsched-stall-watchdog {name}".strip(), daemon=True)
         self._loop = loop
         self._threshold = threshold
         self._blocking = blocking

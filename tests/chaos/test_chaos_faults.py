@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.chaos import scenarios
-from benchmarks.chaos.harness import Scenario
+from benchmarks.chaos.harness import Figures, Scenario
 
 MakeScenario = Callable[[], Scenario]
 
@@ -103,3 +103,34 @@ def test_xmin_held_while_tasks_flow(scenario: MakeScenario) -> None:
     # The hold was real: what finished during it stayed behind as dead tuples.
     hold = [w for w in f.series if w["phase"] == "hold"]
     assert f.extra["dead_tuples_peak"] >= sum(w["completed"] for w in hold) > 0
+
+
+def _contained(f: Figures) -> None:
+    """HIGH beside a broken LOW lane, against its own control run in the same worker."""
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled, f.line()
+    assert f.extra["worker_alive"] and f.extra["worker_exit"] is None, f.line()
+    assert f.extra["high_ran"] == f.extra["high_scheduled"], f.line()
+    control, beside = f.extra["high_control_p99_ms"], f.extra["high_p99_ms"]
+    assert beside <= 2 * control + 50, f.line()
+
+
+def test_hung_low_handlers_are_killed_and_high_stays_on_time_with_default_flags(
+    scenario: MakeScenario,
+) -> None:
+    f = scenarios.lanes_contained(scenario(), bad="hung", seconds=5)
+    _contained(f)
+    assert f.extra["bad_final"] == {"FAILED": 20}, f.line()
+    assert f.extra["bad_errors_timeout"] == 20, f.line()
+
+
+def test_a_blocking_async_low_handler_delays_only_its_own_lane(scenario: MakeScenario) -> None:
+    f = scenarios.lanes_contained(scenario(), bad="block", seconds=6)
+    _contained(f)
+    assert f.extra["low_after_block"] == 5, f.line()
+
+
+def test_handler_processes_that_die_fail_only_their_attempt(scenario: MakeScenario) -> None:
+    f = scenarios.handler_process_deaths(scenario(), count=6)
+    assert f.lost == 0 and f.completed == f.scheduled, f.line()
+    assert f.extra["killed_named"] == 3 and f.extra["segfault_named"] == 3, f.line()
+    assert f.extra["worker_alive"], f.line()
