@@ -390,7 +390,10 @@ def create_app(config: DashboardConfig) -> Starlette:
             db.row("dashboard_coming_due", {"cap": COMING_DUE_CAP + 1}),
         )
         live = {r["lane"]: r for r in live_rows}
-        recent = {r["lane"]: r for r in recent_rows}
+        recent = {}
+        for r in recent_rows:
+            p50, p99 = r.pop("lateness_s") or (None, None)
+            recent[r["lane"]] = {**r, "lateness_p50_s": p50, "lateness_p99_s": p99}
         empty = dict.fromkeys(("oldest_due_s", "lateness_p50_s", "lateness_p99_s"))
         lanes = [
             {"lane": lane, **empty, **live.get(lane, {}), **recent.get(lane, {})} for lane in LANES
