@@ -6,6 +6,11 @@ uses it only while it runs (pgsched.dsn).
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
 import click
 
 from pgsched.cli.options import render_table
@@ -71,3 +76,21 @@ def demo(state: CliState) -> None:
 
     columns = ["lane", "cold", "queued", "due_now", "processing", "dead", "oldest_lateness_s"]
     click.echo(render_table(App(dsn).lane_summary(), columns))
+    if not state.dsn:
+        # The demo started it (or found it running) and leaves it so, for a look around.
+        home = EmbeddedCluster.default().home
+        click.echo("")
+        click.echo(f"The embedded Postgres is still running (its folder: {home}).")
+        click.echo(f"Stop it with: {this_command()} down")
+
+
+def this_command() -> str:
+    """How to run pgsched again the way it was run now: `pgsched` when that is what the PATH
+    finds, else the script's path, or `python -m pgsched`."""
+    script = sys.argv[0]
+    if Path(script).name != "pgsched":
+        return f"{shlex.quote(sys.executable)} -m pgsched"
+    on_path = shutil.which("pgsched")
+    if on_path and Path(on_path).resolve() == Path(script).resolve():
+        return "pgsched"
+    return shlex.quote(script)
