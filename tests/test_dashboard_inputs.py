@@ -75,7 +75,7 @@ def field_names() -> set[str]:
     for source in DASHBOARD_DIR.glob("*.py"):
         text = source.read_text()
         names |= set(re.findall(r'(?:query_params|form|params)\.get(?:list)?\("([a-z_]+)"', text))
-        names |= set(re.findall(r'_param\(\s*\w+,\s*"([a-z_]+)"', text))
+        names |= set(re.findall(r'\b(?:text|clean_text|parse_id|parse_page)\(\s*"([a-z_]+)"', text))
     return names
 
 
@@ -98,6 +98,8 @@ def test_the_corpus_reaches_every_route_and_field() -> None:
     assert {"id", "type", "tenant", "key", "status", "due_from", "task_id", "action"} <= (
         field_names()
     )
+    # Read by the application only (the pages' links carry them, no form does).
+    assert {"after", "page", "events_after", "refresh", "done"} <= field_names()
 
 
 def concrete_paths(template: str, ids: dict[str, list[str]]) -> list[str]:
