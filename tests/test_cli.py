@@ -66,6 +66,20 @@ def test_version_comes_from_the_package_metadata(db_env: dict[str, str]) -> None
     assert shown.stdout.strip() == f"pgsched {version('pgsched')}"
 
 
+def test_the_package_runs_as_a_module_too(db_env: dict[str, str]) -> None:
+    for module in ("pgsched", "pgsched.cli"):
+        shown = subprocess.run(
+            [sys.executable, "-m", module, "status", "--check"],
+            cwd=REPO_ROOT,
+            env=db_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, (module, shown.stderr)
+        assert "sweeper leader: none" in shown.stdout
+
+
 BAD_INPUT = {
     "empty --tz for a recurring schedule": (
         ["schedule", "report", "--cron", "0 9 * * *", "--tz", ""],
