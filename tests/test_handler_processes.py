@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import subprocess
 from typing import Any
 
 import psycopg
 import pytest
-from worker_helpers import Workers, schedule, statuses, task, wait_until
+from worker_helpers import PGSCHED, Workers, schedule, statuses, task, wait_until
 
 from pgsched import App
 from pgsched.errors import ConfigError, InvalidTaskError
@@ -191,3 +192,18 @@ def test_a_handler_that_cannot_reach_a_process_is_refused_at_start_naming_the_fi
     message = str(refused.value)
     assert "'closure'" in message and "importable by name" in message
     assert "isolation='thread'" in message
+
+
+def test_the_cli_refuses_such_a_handler_with_a_message_and_exit_code_2(
+    db_env: dict[str, str],
+) -> None:
+    done = subprocess.run(
+        [PGSCHED, "worker", "--app", "tests.apps.closure_app:app"],
+        env=db_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    assert "importable by name" in done.stderr and "isolation='thread'" in done.stderr
+    assert "Traceback" not in done.stderr
