@@ -62,7 +62,7 @@ GROUP BY f.lane;
 -- name: dashboard_throughput
 -- The overview's charts, one row a minute over the last hour, oldest first: completions,
 -- the p99 lateness of those completions, and how many tasks were due and not yet started
--- at the end of the minute. The hour's finished work is read once (COMPLETED through
+-- at the end of the minute, per lane. The hour's finished work is read once (COMPLETED through
 -- tasks_finished_updated_idx, FAILED from the DEAD lane), with what is due or running
 -- now from the hot tier. Each row is counted per minute first (a hash of at most 60
 -- groups), then laid on the 60 minutes: joining each row to its minute sorted all of them.
@@ -71,6 +71,7 @@ GROUP BY f.lane;
 -- an hour ago, counts from its last due time only.
 WITH rows_of_the_hour AS (
     SELECT
+        d.lane,
         d.status,
         d.updated_at,
         d.next_run_at,
@@ -81,6 +82,7 @@ WITH rows_of_the_hour AS (
         AND d.updated_at > now() - interval '60 minutes'
     UNION ALL
     SELECT
+        d.lane,
         d.status,
         d.updated_at,
         d.next_run_at,
@@ -91,6 +93,7 @@ WITH rows_of_the_hour AS (
         AND d.updated_at > now() - interval '60 minutes'
     UNION ALL
     SELECT
+        h.lane,
         h.status,
         NULL::timestamptz AS updated_at,
         h.next_run_at,
@@ -119,11 +122,13 @@ completed AS (
 
 steps AS (
     SELECT
+        r.lane,
         greatest(date_bin('1 minute', r.next_run_at, '2000-01-01'), b.first_minute) AS minute,
         1 AS delta
     FROM rows_of_the_hour AS r CROSS JOIN bounds AS b
     UNION ALL
     SELECT
+        r.lane,
         greatest(date_bin('1 minute', r.last_run_at, '2000-01-01'), b.first_minute) AS minute,
         -1 AS delta
     FROM rows_of_the_hour AS r CROSS JOIN bounds AS b
@@ -133,7 +138,10 @@ steps AS (
 per_minute_steps AS (
     SELECT
         s.minute,
-        sum(s.delta) AS delta
+        sum(s.delta) FILTER (WHERE s.lane = 'HIGH') AS high,
+        sum(s.delta) FILTER (WHERE s.lane = 'NORMAL') AS normal,
+        sum(s.delta) FILTER (WHERE s.lane = 'LOW') AS low,
+        sum(s.delta) FILTER (WHERE s.lane = 'BATCH') AS batch
     FROM steps AS s
     GROUP BY s.minute
 )
@@ -142,9 +150,10 @@ SELECT
     m.minute,
     coalesce(c.completed, 0) AS completed,
     c.lateness_p99_s,
-    greatest(
-        coalesce(sum(coalesce(w.delta, 0)) OVER (ORDER BY m.minute), 0), 0
-    )::bigint AS waiting
+    greatest(sum(coalesce(w.high, 0)) OVER (ORDER BY m.minute), 0)::bigint AS waiting_high,
+    greatest(sum(coalesce(w.normal, 0)) OVER (ORDER BY m.minute), 0)::bigint AS waiting_normal,
+    greatest(sum(coalesce(w.low, 0)) OVER (ORDER BY m.minute), 0)::bigint AS waiting_low,
+    greatest(sum(coalesce(w.batch, 0)) OVER (ORDER BY m.minute), 0)::bigint AS waiting_batch
 FROM
     generate_series(
         date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute'

@@ -202,6 +202,11 @@ def test_the_overview_shows_every_tier_coming_due_three_charts_and_reloads(
         " run_ats => array_fill(now() + interval '20 minutes', ARRAY[7]))"
     )
     make_dead_task(conn)
+    # Due three minutes ago and not started: waiting since then, in its lane.
+    conn.execute(
+        "SELECT pgsched.schedule_task('late', priority => 9,"
+        " run_at => now() - interval '3 minutes')"
+    )
     conn.execute("ANALYZE pgsched.tasks_cold")
     with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
         page = client.get("/")
@@ -216,9 +221,16 @@ def test_the_overview_shows_every_tier_coming_due_three_charts_and_reloads(
     assert 'id="dead-count">1<' in tiers
     coming = page.text.split('id="coming-due"')[1].split("</p>")[0]
     assert "<strong>7</strong>" in coming
-    for chart in ("throughput", "lateness", "waiting"):
+    for chart, bars in (("throughput", 60), ("lateness", 60), ("waiting", 4 * 60)):
         svg = page.text.split(f'<svg id="{chart}"')[1].split("</svg>")[0]
-        assert svg.count("<rect") == 60, chart
+        assert svg.count("<rect") == bars, chart
+    # The 7 due in 20 minutes are not waiting, the DEAD task's wait ended when it started:
+    # the late one waits, in the HIGH lane, from its due minute to now.
+    waiting = page.text.split('<svg id="waiting"')[1].split("</svg>")[0]
+    assert "peak 1<" in waiting
+    titles = re.findall(r"<title>([^<]*)</title>", waiting)
+    assert titles[-4].endswith("(HIGH 1)") and titles[-3].endswith("(NORMAL 0)"), titles[-4:]
+    assert sum(t.endswith("(HIGH 1)") for t in titles) in (3, 4), titles
     assert '<meta http-equiv="refresh" content="30">' in page.text
     assert "http-equiv" not in still.text and 'href="/"' in still.text
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/")

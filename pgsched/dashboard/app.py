@@ -106,39 +106,50 @@ def _fmt_seconds(value: Any) -> str:
 
 def bar_chart(
     rows: list[dict[str, Any]],
-    key: str,
+    keys: tuple[str, ...],
     label: str,
     fmt: Callable[[Any], str] = str,
     width: int = 600,
     height: int = 120,
 ) -> dict[str, Any]:
-    """Bar geometry of one of the overview's inline SVG charts (one bar a minute). The
-    drawing area leaves room above for the peak label and below for the time axis, and
-    the right-hand labels end at the right edge, so no label runs past the SVG."""
+    """Bar geometry of one of the overview's inline SVG charts: one bar a minute, the
+    values of `keys` stacked in it. The drawing area leaves room above for the peak label
+    and below for the time axis, and the right-hand labels end inside the right edge, so
+    no label runs past the SVG or over a bar."""
     top, axis = 18, 18
-    values = [float(r[key]) if r[key] is not None else None for r in rows]
-    peak = max((v for v in values if v is not None), default=0.0)
-    bar = width / max(len(rows), 1)
     area = height - top
+    totals = [
+        None if all(r[k] is None for k in keys) else sum(float(r[k] or 0) for k in keys)
+        for r in rows
+    ]
+    peak = max((v for v in totals if v is not None), default=0.0)
+    step = width / max(len(rows), 1)
     bars = []
-    for i, (r, v) in enumerate(zip(rows, values, strict=True)):
-        h = 0.0 if not v or peak <= 0 else max(math.ceil(v / peak * area), 1)
+    for i, (r, total) in enumerate(zip(rows, totals, strict=True)):
+        base = float(top + area)
+        segments = []
+        for k in keys:
+            v = float(r[k] or 0)
+            h = 0.0 if v <= 0 or peak <= 0 else max(math.ceil(v / peak * area), 1)
+            base -= h
+            segments.append({"y": round(base, 1), "h": h, "cls": k, "value": fmt(v)})
+        shown = fmt(total) if total is not None else "-"
         bars.append(
             {
-                "x": round(i * bar, 1),
-                "y": round(top + area - h, 1),
-                "w": round(max(bar - 1, 1), 1),
-                "h": h,
-                "title": f"{_fmt_time(r['minute'])}: {fmt(r[key]) if r[key] is not None else '-'}",
+                "x": round(i * step, 1),
+                "w": round(max(step - 1, 1), 1),
+                "segments": segments,
+                "title": f"{_fmt_time(r['minute'])}: {shown}",
             }
         )
     return {
         "width": width,
         "height": height,
         "full_height": height + axis,
-        "peak": fmt(peak) if values else "0",
+        "peak": fmt(peak),
         "label": label,
         "bars": bars,
+        "stacked": len(keys) > 1,
     }
 
 
@@ -400,12 +411,20 @@ def create_app(config: DashboardConfig) -> Starlette:
         ]
         hot = sum(int(r["queued"]) + int(r["processing"]) for r in live_rows)
         charts = [
-            ("throughput", bar_chart(minutes, "completed", "completed per minute", _plain)),
+            ("throughput", bar_chart(minutes, ("completed",), "completed per minute", _plain)),
             (
                 "lateness",
-                bar_chart(minutes, "lateness_p99_s", "lateness p99 per minute", _fmt_seconds),
+                bar_chart(minutes, ("lateness_p99_s",), "lateness p99 per minute", _fmt_seconds),
             ),
-            ("waiting", bar_chart(minutes, "waiting", "due and waiting, end of minute", _plain)),
+            (
+                "waiting",
+                bar_chart(
+                    minutes,
+                    tuple(f"waiting_{lane.lower()}" for lane in LANES),
+                    "due and waiting at the end of each minute, per lane",
+                    _plain,
+                ),
+            ),
         ]
         coming_n = int(coming["coming"]) if coming else 0
         return render(
