@@ -528,7 +528,9 @@ SELECT
     s.last_fire_at,
     s.armed_task_id,
     armed.next_run_at AS next_fire_at,
-    armed.status::text AS armed_status
+    armed.status::text AS armed_status,
+    -- False: nothing waits to fire (until the recurring sweep arms it).
+    pgsched.occurrence_is_live(s.armed_task_id) AS armed_live
 FROM pgsched.schedules AS s
 LEFT JOIN pgsched.tasks AS armed ON s.armed_task_id = armed.id
 WHERE

@@ -40,6 +40,8 @@ def test_a_schedule_made_from_sql_with_no_sweeper_is_flagged_and_fails_the_check
     schedule_id = row[0]
     listed = json.loads(run_cli(db_env, "schedules", "list", "--json").stdout)
     assert [(s["id"], s["next_fire_at"]) for s in listed] == [(schedule_id, None)]
+    table = run_cli(db_env, "schedules", "list").stdout.splitlines()
+    assert table[1].split()[0] == str(schedule_id) and table[1].endswith("active  not armed")
 
     shown = run_cli(db_env, "status")
     assert shown.returncode == 0, shown.stderr  # a report; only --check turns it into a verdict

@@ -56,7 +56,11 @@ def schedules_list(
         print_json(rows)
         return
     for row in rows:
-        if row["next_fire_at"] is not None:
+        if not row["armed_live"]:
+            # An active one waits for the sweeper's recurring sweep to arm it (see the `!`
+            # lines of `status`); a paused one's cancelled occurrence will not fire.
+            row["next_fire_at"] = "not armed" if row["state"] == "active" else None
+        elif row["next_fire_at"] is not None:
             row["next_fire_at"] = row["next_fire_at"].strftime("%Y-%m-%d %H:%M:%S")
     click.echo(
         fit_table(rows, LIST_COLUMNS, WIDTH, {"tenant_id": 8, "task_type": 10, "timezone": 8})
