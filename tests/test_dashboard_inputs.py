@@ -56,6 +56,14 @@ HOSTILE: list[str] = [
     "2026-12-05T10:00:00+00:00,5",
 ]
 
+RAW_BODIES: list[tuple[str, bytes]] = [
+    ("multipart/form-data; boundary=x", b"garbage--x\r\n\x00"),
+    ("multipart/form-data", b"no boundary"),
+    ("application/json", b'{"action": "retry"'),
+    ("application/x-www-form-urlencoded", b"%zz=%%&action=%00&task_id=%ff%fe"),
+    ("text/plain", b"\xff\xfe\x00"),
+]
+
 # Values whose answer is not just "not 5xx": the ones users met.
 MUST_BE_400 = [
     ("GET", "/tasks?type=a%00b"),
@@ -165,13 +173,33 @@ def test_no_hostile_value_on_any_route_answers_5xx(
                 for value in ("a\x00b", "99999999999999999999"):
                     send(method, first, [(f, value), (f, "1")])
                     send(method, first, [(f, "1"), (f, value)])
+        # Bodies no form sends: malformed multipart and urlencoding, JSON, bytes that are
+        # not UTF-8, and a multipart form whose fields are files.
+        for method, template in routes():
+            if method != "POST":
+                continue
+            path = concrete_paths(template, ids)[0]
+            for content_type, body in RAW_BODIES:
+                try:
+                    status = client.post(
+                        path, content=body, headers={"content-type": content_type}
+                    ).status_code
+                except httpx.TransportError as exc:
+                    failures.append((path, content_type, repr(exc)))
+                    continue
+                if status >= 500:
+                    failures.append((path, content_type, status))
+            files = {f: ("x.txt", b"1\x00", "text/plain") for f in fields if f != "csrf_token"}
+            status = client.post(path, data={"csrf_token": token}, files=files).status_code
+            if status >= 500:
+                failures.append((path, "files", status))
         for method, path in MUST_BE_400:
             try:
-                status: int | str = client.request(method, path).status_code
+                answer: int | str = client.request(method, path).status_code
             except httpx.TransportError as exc:
-                status = repr(exc)
-            if status != 400:
-                failures.append((method, path, status))
+                answer = repr(exc)
+            if answer != 400:
+                failures.append((method, path, answer))
     assert failures == [], failures[:20]
 
 
