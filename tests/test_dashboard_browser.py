@@ -163,7 +163,7 @@ def test_the_overview_charts_keep_their_labels_inside_and_off_the_bars(
     )
     with running_dashboard(env) as dash:
         page = browser.new_page()  # type: ignore[attr-defined]
-        page.goto(dash.url + "/?refresh=0")
+        page.goto(dash.url + "/?refresh=off")
         problems = page.evaluate(
             """() => {
               const out = [];

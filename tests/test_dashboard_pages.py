@@ -210,7 +210,11 @@ def test_the_overview_shows_every_tier_coming_due_three_charts_and_reloads(
     conn.execute("ANALYZE pgsched.tasks_cold")
     with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
         page = client.get("/")
-        still = client.get("/", params={"refresh": "0"})
+        still = client.get("/", params={"refresh": "off"})
+        # Turned off, it stays off in this browser until turned on again.
+        still_after = client.get("/")
+        again = client.get("/", params={"refresh": "on"})
+        again_after = client.get("/")
         icon = client.get("/favicon.ico")
     assert page.status_code == 200
     tiers = page.text.split('id="tiers"')[1].split("</table>")[0]
@@ -232,5 +236,7 @@ def test_the_overview_shows_every_tier_coming_due_three_charts_and_reloads(
     assert titles[-4].endswith("(HIGH 1)") and titles[-3].endswith("(NORMAL 0)"), titles[-4:]
     assert sum(t.endswith("(HIGH 1)") for t in titles) in (3, 4), titles
     assert '<meta http-equiv="refresh" content="30">' in page.text
-    assert "http-equiv" not in still.text and 'href="/"' in still.text
+    assert "http-equiv" not in still.text and 'id="refresh-on"' in still.text
+    assert "http-equiv" not in still_after.text
+    assert 'http-equiv="refresh"' in again.text and 'http-equiv="refresh"' in again_after.text
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/")

@@ -60,6 +60,7 @@ COMING_DUE_CAP = 100_000
 BIGINT_MAX = 2**63 - 1
 MAX_TEXT = 1_000
 REFRESH_S = 30
+REFRESH_COOKIE = "pgsched_refresh"
 SCHEDULE_DONE = {"pause": "paused", "resume": "resumed", "delete": "deleted"}
 FAVICON = (HERE / "static" / "favicon.svg").read_bytes()
 STATIC_CACHE = {"Cache-Control": "public, max-age=86400"}
@@ -387,10 +388,16 @@ def create_app(config: DashboardConfig) -> Starlette:
         return results
 
     async def overview(request: Request) -> Response:
+        # Reloading is on unless turned off, and stays off for this browser (a cookie)
+        # until turned on again.
         refresh_text = request.query_params.get("refresh", "").strip()
-        if refresh_text not in ("", "0", "off"):
-            raise BadInput(f"refresh: 0 or off to stop the page reloading ({refresh_text[:40]!r})")
-        refresh = REFRESH_S if refresh_text == "" else 0
+        if refresh_text not in ("", "0", "off", "on"):
+            raise BadInput(f"refresh: off (or 0) or on ({refresh_text[:40]!r})")
+        if refresh_text == "":
+            reloading = request.cookies.get(REFRESH_COOKIE) != "off"
+        else:
+            reloading = refresh_text == "on"
+        refresh = REFRESH_S if reloading else 0
         # Independent reads: on the pool's connections at once.
         live_rows, recent_rows, dead, minutes, tiers, coming = await asyncio.gather(
             db.rows("dashboard_lanes_live"),
@@ -427,7 +434,7 @@ def create_app(config: DashboardConfig) -> Starlette:
             ),
         ]
         coming_n = int(coming["coming"]) if coming else 0
-        return render(
+        response = render(
             request,
             "overview.html",
             {
@@ -445,6 +452,11 @@ def create_app(config: DashboardConfig) -> Starlette:
                 "refresh": refresh,
             },
         )
+        if refresh_text in ("0", "off"):
+            response.set_cookie(REFRESH_COOKIE, "off", samesite="strict", path="/")
+        elif refresh_text == "on":
+            response.delete_cookie(REFRESH_COOKIE, path="/")
+        return response
 
     async def favicon(request: Request) -> Response:
         return Response(FAVICON, media_type="image/svg+xml", headers=STATIC_CACHE)
