@@ -11,6 +11,7 @@ from pgsched.errors import (
 )
 from pgsched.handlers import TaskContext, TaskHandler
 from pgsched.lanes import Lane
+from pgsched.loop_local import LoopLocal
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
 
@@ -23,6 +24,7 @@ __all__ = [
     "InvalidLimitError",
     "InvalidTaskError",
     "Lane",
+    "LoopLocal",
     "PgschedError",
     "RetryPolicy",
     "ScheduledTask",

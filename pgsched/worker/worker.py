@@ -118,7 +118,7 @@ class Worker:
             blocked = watchdog.blocked_for()
             if blocked > self.config.stall_threshold:
                 return (
-                    f"event loop of lane {engine.lane.value} blocked for {blocked:.1f}s "
+                    f"event loop blocked for {blocked:.1f}s in lane {engine.lane.value} "
                     f"(--stall-threshold {self.config.stall_threshold:g}s)"
                 )
         return None

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from pgsched import App, RetryPolicy, TaskContext, TaskHandler
+from pgsched import App, LoopLocal, RetryPolicy, TaskContext, TaskHandler
 
 app = App()
 
@@ -279,20 +279,20 @@ async def urgent(ctx: TaskContext) -> None:
 
 # -- many short tasks: each run is one row, written on one connection per worker process ---
 
-_shared_conn: psycopg.AsyncConnection[Any] | None = None
-_shared_conn_lock: asyncio.Lock | None = None
+# One connection per lane's event loop (a connection per run would cost more than the
+# run; psycopg serialises the statements of concurrent handlers on it). An async
+# connection belongs to the loop it was made on, and each lane has its own loop.
+_shared_conn: LoopLocal[Any] = LoopLocal(
+    lambda: psycopg.AsyncConnection.connect(_dsn(), autocommit=True)
+)
 
 
 async def _shared_connection() -> psycopg.AsyncConnection[Any]:
-    """One connection per worker process (a connection per run would cost more than the
-    run); psycopg serialises the statements of concurrent handlers on it."""
-    global _shared_conn, _shared_conn_lock
-    if _shared_conn_lock is None:
-        _shared_conn_lock = asyncio.Lock()
-    async with _shared_conn_lock:
-        if _shared_conn is None or _shared_conn.closed:
-            _shared_conn = await psycopg.AsyncConnection.connect(_dsn(), autocommit=True)
-    return _shared_conn
+    conn: psycopg.AsyncConnection[Any] = await _shared_conn.get()
+    if conn.closed:
+        _shared_conn.forget()
+        conn = await _shared_conn.get()
+    return conn
 
 
 @app.handler("counted")
