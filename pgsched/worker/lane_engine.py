@@ -114,6 +114,8 @@ class LaneEngine:
         self.processes = HandlerProcessPool(lane.value)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        # Set by stop() from any thread: a stop asked before the lane's loop exists holds.
+        self._stopping = threading.Event()
         self._lane_loop: LaneLoop | None = None
         self.watchdog: LoopStallWatchdog | None = None
         # Done when the lane runs (its pool has a connection), or with the error that
@@ -133,6 +135,7 @@ class LaneEngine:
 
     def stop(self) -> None:
         """Stop claiming; finish or release what runs; write every outcome; end."""
+        self._stopping.set()
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
@@ -168,8 +171,10 @@ class LaneEngine:
         self.finished.set_result(None)
 
     async def _run(self) -> None:
-        loop = self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        loop = self._loop = asyncio.get_running_loop()
+        if self._stopping.is_set():
+            self._stop.set()  # asked before this loop existed
         lane = self.lane
         config = self.config
         # A Redis that may evict is refused here, before anything else starts (ConfigError).
