@@ -133,6 +133,8 @@ SEARCH = {
     "max_rows": 50,
 }
 
+NOW = datetime.now(UTC)
+
 STATEMENTS: list[tuple[str, dict[str, Any]]] = [
     ("dashboard_lanes_live", {}),
     ("dashboard_lanes_recent", {}),
@@ -150,6 +152,11 @@ STATEMENTS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("dashboard_dead_matching", {"task_type": None, "error_class": "x", "cap": 10_001}),
     ("dashboard_dead_classes", {"task_type": None, "max_rows": 50}),
+    (
+        "dashboard_dead_matching_ids",
+        {"task_type": "recent", "error_class": None, "failed_until": NOW, "cap": 10_001},
+    ),
+    ("dashboard_schedule", {"schedule_id": 1}),
     ("dashboard_task", {"task_id": 12345}),
     ("dashboard_task_events", {"task_id": 12345, "after_id": 0, "max_rows": 101}),
     ("dashboard_task_event_count", {"task_id": 12345, "after_id": 0}),
@@ -159,8 +166,6 @@ STATEMENTS: list[tuple[str, dict[str, Any]]] = [
     ("dashboard_worker_leases", {"max_rows": 200}),
 ]
 
-
-NOW = datetime.now(UTC)
 
 # Each filter alone, with a value the tiers have many, few or none of, and combinations.
 # The seed: cold 'future' (tenants t0..t99, due from 2 days ahead over 277 days), done 'old'
