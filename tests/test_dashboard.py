@@ -203,6 +203,8 @@ def test_read_only_mode_shows_no_write_buttons_and_refuses_posts(
     with running_dashboard(env, "--read-only") as dash, httpx.Client(base_url=dash.url) as client:
         page = client.get("/dead")
         assert 'id="retry-selected"' not in page.text and 'type="checkbox"' not in page.text
+        assert 'id="retry-all"' not in page.text and 'id="discard-all"' not in page.text
+        assert client.get("/schedules/1/pause").status_code == 403
         assert 'id="retry"' not in client.get(f"/tasks/{dead}").text
         token = csrf_field(page.text)
         refused = client.post(
