@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import click
@@ -126,7 +127,7 @@ def test_on_a_database_never_migrated_every_command_says_to_migrate_and_exits_2(
 ) -> None:
     env = {**db_env, "PGSCHED_DSN": new_database(), "PGSCHED_HOME": str(tmp_path / "embedded")}
     paths = [p for p in leaf_commands() if p not in NO_PGSCHED_OBJECTS]
-    done = run_all({p: lambda p=p: run_cli(env, argv_of(p)) for p in paths})
+    done = run_all({p: partial(run_cli, env, argv_of(p)) for p in paths})
     for path, result in done.items():
         if path == "doctor":  # a report: its schema check fails and names the fix
             assert result.returncode == 1, result.stdout + result.stderr
@@ -145,7 +146,7 @@ def test_a_malformed_dsn_is_bad_input_for_every_command(
     # No embedded Postgres may be started or stopped, whatever a command would do.
     env = {**db_env, "PGSCHED_HOME": str(tmp_path / "embedded")}
     paths = [p for p in leaf_commands() if p not in NO_DSN]
-    done = run_all({p: lambda p=p: run_cli(env, ["--dsn", dsn, *argv_of(p)]) for p in paths})
+    done = run_all({p: partial(run_cli, env, ["--dsn", dsn, *argv_of(p)]) for p in paths})
     for path, result in done.items():
         assert result.returncode == 2, (path, result.stdout, result.stderr)
         line = one_error_line(result)
@@ -170,7 +171,7 @@ def test_an_id_that_names_nothing_is_not_found_exit_2_for_every_command_that_tak
         if any("{id}" in arg for arg in ARGUMENTS[path]) and path not in CREATES_ITS_ID
     ]
     assert len(takes_an_id) >= 9  # the walk found them
-    missing = run_all({p: lambda p=p: run_cli(db_env, argv_of(p)) for p in takes_an_id})
+    missing = run_all({p: partial(run_cli, db_env, argv_of(p)) for p in takes_an_id})
     for path, result in missing.items():
         assert result.returncode == 2, (path, result.stdout, result.stderr)
         line = one_error_line(result)
@@ -184,7 +185,7 @@ def test_an_id_that_names_nothing_is_not_found_exit_2_for_every_command_that_tak
         )
     ]
     assert len(integer_ids) >= 8
-    malformed = run_all({p: lambda p=p: run_cli(db_env, argv_of(p, "seven")) for p in integer_ids})
+    malformed = run_all({p: partial(run_cli, db_env, argv_of(p, "seven")) for p in integer_ids})
     for path, result in malformed.items():
         assert result.returncode == 2, (path, result.stdout, result.stderr)
         assert "'seven' is not a valid integer" in one_error_line(result), path

@@ -8,6 +8,7 @@ import asyncio
 import os
 import re
 import subprocess
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -43,6 +44,10 @@ def gone(pid: int) -> bool:
         return True
 
 
+def all_gone(pids: list[int]) -> bool:
+    return all(gone(pid) for pid in pids)
+
+
 def test_hung_plain_handlers_are_killed_on_their_timeout_and_the_worker_runs_on(
     conn: psycopg.Connection, workers: Workers
 ) -> None:
@@ -67,7 +72,7 @@ def test_hung_plain_handlers_are_killed_on_their_timeout_and_the_worker_runs_on(
         pids = [int(p) for p in logged(conn, task_id, "start")]
         assert len(pids) == 2
         # Killed: not running on, as a thread would.
-        wait_until(lambda pids=pids: all(gone(p) for p in pids), 10, what="the children gone")
+        wait_until(partial(all_gone, pids), 10, what="the children gone")
     assert "stuck" not in w.log()
     after = schedule(conn, "quick_sync", priority=1)
     wait_until(lambda: statuses(conn, [after])[after] == "COMPLETED", 10, what="a later task")

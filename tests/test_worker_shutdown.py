@@ -25,7 +25,8 @@ from worker_helpers import (
 )
 
 from benchmarks.chaos.harness import cluster
-from pgsched.worker.worker import EXIT_OUTCOMES_UNWRITTEN, FINAL_FLUSH_MIN_SECONDS
+from pgsched.worker.lane_engine import FINAL_FLUSH_MIN_SECONDS
+from pgsched.worker.worker import EXIT_OUTCOMES_UNWRITTEN
 
 
 def wait_started(conn: psycopg.Connection, task_id: int) -> None:
