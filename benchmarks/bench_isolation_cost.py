@@ -177,10 +177,11 @@ def drain(dsn: str, n: int) -> dict[str, Any]:
     try:
         workers.wait_listening(dsn)
         meter = measure.CpuMeter(workers.pids, measure.postmaster_pid(dsn))
-        meter.begin()
-        measure.schedule_due_now(dsn, n, task_type="iso_noop")
         with psycopg.connect(dsn, autocommit=True) as conn:
+            # Counted from before the tasks exist: they may all be done before it looks.
             done = measure.Drained(conn, n)
+            meter.begin()
+            measure.schedule_due_now(dsn, n, task_type="iso_noop")
             deadline = time.monotonic() + 600
             while not done()[0] and time.monotonic() < deadline:
                 time.sleep(0.05)
