@@ -17,6 +17,7 @@ synchronous_commit on; it prints every other setting and why), then runs, in ord
     case 3  no-op throughput sweep (fresh database)
     case 4  lateness: 100/s, 1,000/s, stepped up to the highest sustained rate
     case 6  unhealthy database: a transaction held open under load
+    dashboard  every page's p50 at 2,000,000 tasks (quick: 20,000), target 50 ms
     peers   procrastinate and PGQueuer: cases 3, 2 and 4 (each in its own database)
 
 and writes DIR/results.json, DIR/RESULTS.md and DIR/plots/*.png (default DIR:
@@ -27,6 +28,7 @@ the plots to benchmarks/ (--publish / --no-publish).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -35,7 +37,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_backlog, bench_unhealthy, measure, peers, report, suite
+from benchmarks import (
+    bench_backlog,
+    bench_dashboard,
+    bench_unhealthy,
+    measure,
+    peers,
+    report,
+    suite,
+)
 from benchmarks.measure import step
 from benchmarks.pgserver import DEFAULT_SETTINGS
 from benchmarks.suite import Plan, stage
@@ -56,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma-separated stages to skip: case1..case6, peers (for development)",
+        help="comma-separated stages to skip: case1..case6, dashboard, peers (for development)",
     )
     args = parser.parse_args(argv)
     if args.out is None:
@@ -115,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         if "case6" not in skip:
             with stage(results, "case6"):
                 results["case6"] = bench_unhealthy.run(live, plan)
+        if "dashboard" not in skip:
+            with stage(results, "dashboard"):
+                results["dashboard"] = run_dashboard(plan)
         if "peers" not in skip:
             results["peers"] = []
             for p in peers.PEERS:
@@ -128,6 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     step(f"done in {results['total_s'] / 60:.1f} min; writing the report")
     report.write(results, args.out, args.publish)
     return 1 if results.get("errors") else 0
+
+
+def run_dashboard(plan: Plan) -> dict[str, Any]:
+    """The dashboard's pages timed at 2,000,000 tasks (a quick run: 20,000, with a looser
+    target): benchmarks/bench_dashboard.py on a server of its own. A page whose p50 is over
+    the target fails the stage."""
+    out = measure.RESULTS / "dashboard.json"
+    argv = ["--tasks", "20000", "--max-p50-ms", "250"] if plan.quick else ["--tasks", "2000000"]
+    code = bench_dashboard.main([*argv, "--out", str(out)])
+    figures: dict[str, Any] = json.loads(out.read_text())
+    if code != 0:
+        raise RuntimeError(f"a dashboard page's p50 is over the target ({out})")
+    return figures
 
 
 def run_pgsched_backlog_and_scheduling(
