@@ -27,6 +27,16 @@ from worker_helpers import (
 APP = "tests.apps.isolation:app"
 
 
+def lateness_s(conn: psycopg.Connection, ids: list[int]) -> list[float]:
+    """Seconds from due to start of each task's runs (pgsched.task_runs)."""
+    rows = conn.execute(
+        "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
+        " WHERE task_id = ANY(%s)",
+        (ids,),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def count_status(conn: psycopg.Connection, ids: list[int], wanted: str) -> int:
     return sum(1 for s in statuses(conn, ids).values() if s == wanted)
 
@@ -72,14 +82,7 @@ def test_high_keeps_its_threads_and_its_times_while_low_is_full_of_hung_handlers
         20,
         what="every HIGH task to complete while LOW is hung",
     )
-    lateness = [
-        row[0]
-        for row in conn.execute(
-            "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
-            " WHERE task_id = ANY(%s)",
-            (urgent,),
-        ).fetchall()
-    ]
+    lateness = lateness_s(conn, urgent)
     assert len(lateness) == len(urgent)
     assert max(lateness) < 0.5, f"HIGH was late by up to {max(lateness):.3f}s"
 
@@ -200,14 +203,7 @@ def test_a_blocked_lane_keeps_its_leases_and_the_other_lane_runs_on(
     )
     # HIGH ran while LOW was still blocked, on time.
     assert statuses(conn, [blocker])[blocker] == "PROCESSING"
-    lateness = [
-        row[0]
-        for row in conn.execute(
-            "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
-            " WHERE task_id = ANY(%s)",
-            (urgent,),
-        ).fetchall()
-    ]
+    lateness = lateness_s(conn, urgent)
     assert max(lateness) < 0.5, lateness
     wait_until(lambda: statuses(conn, [blocker])[blocker] == "COMPLETED", 15, what="the blocker")
     # One attempt: its lease was renewed all along, never rescued nor lost.

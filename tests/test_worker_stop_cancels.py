@@ -15,23 +15,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 import psycopg
-from lane_loops import next_due_in, opened_pool
+from lane_loops import bare_lane_engine, next_due_in, opened_pool
 from psycopg_pool import AsyncConnectionPool
 from redis import asyncio as redis_async
 from redis_server import RedisServer, redis_server_fixture  # noqa: F401
 
-from pgsched.handlers import HandlerRegistry, TaskRow
+from pgsched.handlers import TaskRow
 from pgsched.hot_tier import HotTierConfig
 from pgsched.hot_tier.claims import RedisClaimSource
 from pgsched.hot_tier.wakeups import RedisWakeups
 from pgsched.lanes import Lane
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.claims import claim_many
-from pgsched.worker.config import LaneSettings, WorkerConfig
-from pgsched.worker.lane_engine import LaneEngine
+from pgsched.worker.config import LaneSettings
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
 
@@ -267,21 +266,7 @@ def test_the_ledger_writer_cancelled_as_the_pool_hands_it_a_connection_stops(
 def test_the_lease_rescue_loop_cancelled_as_the_pool_hands_it_a_connection_stops(
     db_dsn: str,
 ) -> None:
-    config = WorkerConfig(lanes=(Lane.NORMAL,), rescue_interval=0.001)
-    lane = LaneEngine(
-        Lane.NORMAL,
-        db_dsn,
-        "w-stop",
-        HandlerRegistry(),
-        config,
-        keeper=cast(Any, None),  # the rescue loop renews no lease
-        metrics=None,
-        plain_pool=None,
-        open_plain_pool=False,
-        on_thread_stuck=lambda *_: None,
-        arm_next=lambda _: None,
-        stop_worker=lambda: None,
-    )
+    lane = bare_lane_engine(db_dsn, "w-stop")
 
     async def scenario() -> list[int]:
         ran_on = []

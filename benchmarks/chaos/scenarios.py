@@ -253,14 +253,7 @@ def hung_low_handlers(s: Scenario, *, urgent: int) -> Figures:
         for i in range(urgent)
     ]
     final = s.settle(ids, 30)
-    lateness = [
-        float(r[0])
-        for r in s.execute(
-            "SELECT extract(epoch FROM lateness)::float8 FROM pgsched.task_runs"
-            " WHERE task_id = ANY(%s)",
-            (ids,),
-        ).fetchall()
-    ]
+    lateness = _lateness(s, ids)
     hung_failed = sum(1 for st in s.statuses(hung).values() if st == "FAILED")
     return s.figures(
         ids,

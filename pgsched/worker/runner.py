@@ -302,14 +302,7 @@ class TaskRunner:
                 self._processes, registration, task, self._worker_id, self._dsn, cancel
             )
         except Exception as exc:
-            log.error(
-                "task %s: no handler process could be started (%s); retrying",
-                task.id,
-                exc,
-                extra=task_fields(task, error_class=error_class(exc)),
-            )
-            error = "no handler process could be started: " + describe(exc)
-            self._record(retry_outcome(task, registration.retry, error))
+            self._retry_for_want_of("handler process", task, registration, exc)
             return
         try:
             ctx = TaskContext(task, self._worker_id, dsn=self._dsn, cancel=cancel)
@@ -317,6 +310,19 @@ class TaskRunner:
         finally:
             child.end()
         self._record(outcome)
+
+    def _retry_for_want_of(
+        self, what: str, task: TaskRow, registration: Registration, exc: Exception
+    ) -> None:
+        """The handler could not be given what it runs in: a failed attempt, retried."""
+        log.warning(
+            "task %s: no %s (%s); retrying",
+            task.id,
+            what,
+            exc,
+            extra=task_fields(task, error_class=error_class(exc)),
+        )
+        self._record(retry_outcome(task, registration.retry, f"no {what}: " + describe(exc)))
 
     async def _run_transactional(
         self, registration: Registration, task: TaskRow, cancel: CancelFlag
@@ -338,14 +344,9 @@ class TaskRunner:
                 self._released_for_slots()
             return
         except Exception as exc:
-            log.warning(
-                "task %s: no connection for its transaction (%s); retrying",
-                task.id,
-                exc,
-                extra=task_fields(task, error_class=error_class(exc)),
+            self._retry_for_want_of(
+                "connection for the handler's transaction", task, registration, exc
             )
-            error = "no connection for the handler's transaction: " + describe(exc)
-            self._record(retry_outcome(task, registration.retry, error))
             return
         committed = False
         try:
