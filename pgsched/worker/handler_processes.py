@@ -16,7 +16,9 @@ importable by name: a module-level function or `TaskHandler` class (checked when
 worker starts).
 
 A child runs one task at a time, every plain step of it in order (so `ctx.state` carries
-from `before_execute` to `execute`), then waits for the lane's next one. A lane holds at
+from `before_execute` to `execute`), then waits for the lane's next one. A step is one
+message each way (the task's first step carries the task); a cancel is a message of its
+own, read by a thread of the child while the step runs. A lane holds at
 most its concurrency of children, started as tasks need them.
 """
 
@@ -155,11 +157,13 @@ def _child_main(conn: multiprocessing.connection.Connection, level: str, log_for
     start_logging(level, log_format)
     # Ctrl-C reaches the whole process group: the worker decides what its children do.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    inbox: queue.SimpleQueue[tuple[tuple[Any, ...], CancelFlag]] = queue.SimpleQueue()
     current: dict[str, Any] = {"task_id": None, "flag": CancelFlag()}
 
     def read() -> None:
-        # A thread of its own, so that a cancel reaches the flag while a step runs.
+        # A thread of its own, so that a cancel reaches the flag while a step runs. It also
+        # makes each task's flag as the task arrives: a cancel read right after a task's
+        # first step, before that step starts, is then not lost.
         while True:
             try:
                 message = conn.recv()
@@ -170,31 +174,33 @@ def _child_main(conn: multiprocessing.connection.Connection, level: str, log_for
                 if message[1] == current["task_id"]:
                     current["flag"].set()
                 continue
-            inbox.put(message)
+            # ("step", name, opening, cancelled): a task's first step carries the task (the
+            # handler, the row, the worker id, the DSN): one message a step.
+            opening = message[2]
+            if opening is not None:
+                flag = CancelFlag()
+                flag.in_thread = True
+                current["flag"], current["task_id"] = flag, opening[1].id
+            if message[3]:
+                current["flag"].set()
+            inbox.put((message, current["flag"]))
 
     threading.Thread(target=read, name="pgsched-handler-inbox", daemon=True).start()
     handler: Any = None
     ctx: TaskContext | None = None
     while True:
-        message = inbox.get()
-        if message[0] == "task":
-            _, handler, task, worker_id, dsn = message
-            flag = CancelFlag()
-            flag.in_thread = True
-            current["flag"], current["task_id"] = flag, task.id
+        (_, name, opening, _), flag = inbox.get()
+        if opening is not None:
+            handler, task, worker_id, dsn = opening
             ctx = TaskContext(task, worker_id, dsn=dsn, cancel=flag)
-        elif message[0] == "step":
-            assert ctx is not None
-            try:
-                getattr(handler, message[1])(ctx)
-            except BaseException as exc:  # the handler's fault: its attempt's outcome
-                reply: tuple[Any, ...] = ("raised", type(exc).__name__, _describe(exc), repr(exc))
-            else:
-                reply = ("ok",)
-            conn.send(reply)
-        elif message[0] == "end":
-            handler = ctx = None
-            current["task_id"] = None
+        assert ctx is not None
+        try:
+            getattr(handler, name)(ctx)
+        except BaseException as exc:  # the handler's fault: its attempt's outcome
+            reply: tuple[Any, ...] = ("raised", type(exc).__name__, _describe(exc), repr(exc))
+        else:
+            reply = ("ok",)
+        conn.send(reply)
 
 
 class HandlerProcess:
@@ -304,10 +310,20 @@ class HandlerProcessPool:
 class ProcessRun:
     """One task's steps in one handler process."""
 
-    def __init__(self, pool: HandlerProcessPool, child: HandlerProcess, task: TaskRow) -> None:
+    def __init__(
+        self,
+        pool: HandlerProcessPool,
+        child: HandlerProcess,
+        task: TaskRow,
+        opening: tuple[Any, ...],
+        cancel: CancelFlag,
+    ) -> None:
         self._pool = pool
         self._child = child
         self._task = task
+        # Sent with the first step: the process learns of the task and runs it in one go.
+        self._opening: tuple[Any, ...] | None = opening
+        self._cancel = cancel
         self.killed = False
 
     @classmethod
@@ -321,22 +337,24 @@ class ProcessRun:
         cancel: CancelFlag,
     ) -> ProcessRun:
         child = await pool.acquire()
-        run = cls(pool, child, task)
-        child.send(("task", registration.handler, task, worker_id, dsn))
+        run = cls(pool, child, task, (registration.handler, task, worker_id, dsn), cancel)
         cancel.in_process = True
         # A cancel request reaches the handler as ctx.cancelled in its process.
         cancel.on_set = run._forward_cancel
         return run
 
     def _forward_cancel(self) -> None:
-        if not self.killed:
+        # Before the first step the process has not heard of the task: that step carries
+        # the request (ProcessRun.step).
+        if not self.killed and self._opening is None:
             with contextlib.suppress(OSError):
                 self._child.send(("cancel", self._task.id))
 
     async def step(self, name: str) -> None:
         child = self._child
         try:
-            child.send(("step", name))
+            child.send(("step", name, self._opening, self._cancel.is_set()))
+            self._opening = None
             reply = await child.receive()
         except asyncio.CancelledError:
             # The timeout, a cancel past its grace, a lost lease, shutdown: stop it for real.
@@ -357,15 +375,10 @@ class ProcessRun:
             self._pool.discard(self._child)
 
     def end(self) -> None:
-        """The task is done with its process: back to the lane's idle ones."""
-        if self.killed:
-            return
-        try:
-            self._child.send(("end",))
-        except OSError:
-            self.kill()
-            return
-        self._pool.release(self._child)
+        """The task is done with its process: back to the lane's idle ones (the next
+        task's first step replaces its context there)."""
+        if not self.killed:
+            self._pool.release(self._child)
 
 
 def start_fork_server() -> None:
