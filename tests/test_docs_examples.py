@@ -11,6 +11,11 @@ database (``db_env``: ``PGSCHED_DSN`` and the ``PG*`` variables):
                                          directory is on PYTHONPATH)
     <!-- docs-test: background -->       start the block and leave it running (a worker, a
                                          sweeper); stopped with SIGTERM when the page ends
+    <!-- docs-test: shown REASON -->      not run, and why (a placeholder client, a server
+                                         that runs until stopped, a sketch of a file)
+
+Every fenced block of the getting-started pages and the guides carries one of these: a
+block nobody decided about fails `test_every_example_is_run_or_says_why_not`.
 
 Languages: ``python`` (this interpreter), ``sql`` (psql, stopping at the first error),
 ``sh`` (bash -euo pipefail, with this virtualenv's ``pgsched`` first on PATH) and
@@ -80,12 +85,17 @@ def parse(page: Path) -> list[Block]:
             arg = args[0]
         elif action in ("run", "background") and not args:
             arg = None
+        elif action == "shown" and args:
+            arg = " ".join(args)
         else:
             raise AssertionError(f"{where}: unknown docs-test marker {m['spec']!r}")
         j = i + 1
         while j < len(lines) and not lines[j].strip():
             j += 1
         fence = FENCE.match(lines[j]) if j < len(lines) else None
+        if action == "shown":
+            assert fence, f"{where}: a docs-test marker must precede a fenced block"
+            continue
         assert fence and fence["lang"] in LANGUAGES, (
             f"{where}: a docs-test marker must precede a ```python, ```sql, ```sh or "
             f"```javascript block"
@@ -97,6 +107,38 @@ def parse(page: Path) -> list[Block]:
 
 
 PAGES = sorted(p for p in DOCS.rglob("*.md") if parse(p))
+
+
+def unmarked_blocks(page: Path) -> list[int]:
+    """Lines of the fenced blocks of `page` with no docs-test marker before them."""
+    lines = page.read_text().splitlines()
+    found, inside = [], False
+    for i, line in enumerate(lines):
+        if not line.startswith("```"):
+            continue
+        if inside:  # the closing fence
+            inside = False
+            continue
+        inside = True
+        k = i - 1
+        while k >= 0 and not lines[k].strip():
+            k -= 1
+        if k < 0 or not MARKER.match(lines[k]):
+            found.append(i + 1)
+    return found
+
+
+def test_every_example_is_run_or_says_why_not() -> None:
+    pages = [*(DOCS / "getting-started").glob("*.md"), *(DOCS / "guides").glob("*.md")]
+    unmarked = {
+        page.relative_to(DOCS).as_posix(): lines
+        for page in sorted(pages)
+        if (lines := unmarked_blocks(page))
+    }
+    assert not unmarked, (
+        "fenced blocks neither run nor marked <!-- docs-test: shown REASON --> "
+        f"(page: lines): {unmarked}"
+    )
 
 
 def test_the_getting_started_and_scheduling_pages_carry_runnable_examples() -> None:
