@@ -70,9 +70,9 @@ CREATE TABLE pgsched.task_limits (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT task_limits_limit_something CHECK (((max_processing IS NOT NULL) OR (rate IS NOT NULL))),
     CONSTRAINT task_limits_max_processing_range CHECK ((max_processing >= 0)),
-    CONSTRAINT task_limits_rate_period_known CHECK ((((rate IS NULL) AND (rate_period IS NULL)) OR ((rate IS NOT NULL) AND (rate_period = ANY (ARRAY['00:00:01'::interval, '00:01:00'::interval]))))),
+    CONSTRAINT task_limits_rate_period_known CHECK ((((rate IS NULL) AND (rate_period IS NULL)) OR ((rate IS NOT NULL) AND (rate_period = any(ARRAY['00:00:01'::interval, '00:01:00'::interval]))))),
     CONSTRAINT task_limits_rate_range CHECK ((rate >= 1)),
-    CONSTRAINT task_limits_scope_known CHECK ((scope = ANY (ARRAY['task_type'::text, 'tenant'::text])))
+    CONSTRAINT task_limits_scope_known CHECK ((scope = any(ARRAY['task_type'::text, 'tenant'::text])))
 );
 
 COMMENT ON TABLE pgsched.task_limits IS 'Limits per task type or tenant, read by every claim: max_processing at once and a claim rate (a token bucket).';
@@ -93,7 +93,7 @@ CREATE TABLE pgsched.schedules (
     idempotency_key text,
     scope text DEFAULT 'tenant'::text NOT NULL,
     product text,
-    enabled boolean DEFAULT true NOT NULL,
+    enabled boolean DEFAULT TRUE NOT NULL,
     quarantine_reason text,
     last_fire_at timestamp with time zone,
     armed_task_id bigint,
@@ -104,12 +104,7 @@ CREATE TABLE pgsched.schedules (
 
 COMMENT ON TABLE pgsched.schedules IS 'Recurring schedules: a cron expression and an IANA zone, the task to arm, the misfire policy, enabled, quarantine_reason and the armed task.';
 
-CREATE SEQUENCE pgsched.task_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
+CREATE SEQUENCE pgsched.task_id_seq AS bigint;
 
 CREATE TABLE pgsched.tasks (
     id bigint DEFAULT nextval('pgsched.task_id_seq'::regclass) NOT NULL,
@@ -222,7 +217,7 @@ CREATE TABLE pgsched.schedule_occurrences (
     outcome text NOT NULL,
     task_id bigint,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT schedule_occurrences_outcome_check CHECK ((outcome = ANY (ARRAY['ARMED'::text, 'MISSED'::text])))
+    CONSTRAINT schedule_occurrences_outcome_check CHECK ((outcome = any(ARRAY['ARMED'::text, 'MISSED'::text])))
 );
 
 COMMENT ON TABLE pgsched.schedule_occurrences IS 'One row per (schedule, fire time): armed, run or MISSED; the unique key keeps an occurrence from being created twice.';
@@ -239,7 +234,7 @@ ALTER TABLE pgsched.schedules ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 COMMENT ON TABLE pgsched.schema_migrations IS 'The migrations applied to this database, each once, with its checksum (pgsched migrate).';
 
 CREATE TABLE pgsched.settings (
-    singleton boolean DEFAULT true NOT NULL,
+    singleton boolean DEFAULT TRUE NOT NULL,
     immediate_window interval DEFAULT '00:15:00'::interval NOT NULL,
     hot_window interval DEFAULT '24:00:00'::interval NOT NULL,
     max_payload_bytes bigint DEFAULT 1048576 NOT NULL,
@@ -261,7 +256,7 @@ CREATE TABLE pgsched.settings (
 COMMENT ON TABLE pgsched.settings IS 'One row of engine settings: immediate_window and hot_window (the time router), max_payload_bytes, event_partition_period (the partitions of task_events and tasks_finished) and fairness_off_lanes.';
 
 CREATE TABLE pgsched.sweep_leader (
-    id boolean DEFAULT true NOT NULL,
+    id boolean DEFAULT TRUE NOT NULL,
     holder text,
     generation bigint DEFAULT 0 NOT NULL,
     acquired_at timestamp with time zone,
@@ -288,12 +283,7 @@ CREATE TABLE pgsched.task_events_archive (
 
 COMMENT ON TABLE pgsched.task_events_archive IS 'The events of tasks that were live or DEAD when their period was dropped, kept until the task finished and its events are past retention.';
 
-CREATE SEQUENCE pgsched.task_events_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
+CREATE SEQUENCE pgsched.task_events_id_seq AS bigint;
 
 ALTER SEQUENCE pgsched.task_events_id_seq OWNED BY pgsched.task_events.id;
 
@@ -557,14 +547,14 @@ CREATE TABLE pgsched.tasks_hot (
     CONSTRAINT tasks_recurring_has_cron CHECK (((schedule_type = 'ONE_TIME'::pgsched.schedule_type) OR ((cron_expression IS NOT NULL) AND (timezone IS NOT NULL)))),
     CONSTRAINT tasks_scope_known CHECK ((((scope = 'tenant'::text) AND (product IS NULL)) OR ((scope = 'product'::text) AND (product IS NOT NULL)) OR ((scope = 'global'::text) AND (product IS NULL))))
 )
-WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='0');
+WITH (autovacuum_vacuum_scale_factor = '0.01', autovacuum_vacuum_threshold = '1000', autovacuum_analyze_scale_factor = '0.02', autovacuum_vacuum_cost_delay = '0');
 
 COMMENT ON TABLE pgsched.tasks_hot IS 'The hot tier: QUEUED and PROCESSING tasks, the only partition claims read (tasks_hot_claim_idx: lane, priority, next_run_at where QUEUED). Small by design; tuned for aggressive autovacuum.';
 
 CREATE TABLE pgsched.tenants (
     tenant_id text NOT NULL,
     product text NOT NULL,
-    active boolean DEFAULT true NOT NULL,
+    active boolean DEFAULT TRUE NOT NULL,
     metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -590,7 +580,7 @@ BEGIN
 END;
 $$;
 
-ALTER TABLE ONLY pgsched.task_events ATTACH PARTITION pgsched.task_events_default DEFAULT;
+ALTER TABLE ONLY pgsched.task_events ATTACH PARTITION pgsched.task_events_default DEFAULT;  -- noqa: PRS
 
 ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_cold FOR VALUES IN ('PENDING');
 
@@ -608,7 +598,7 @@ BEGIN
 END;
 $$;
 
-ALTER TABLE ONLY pgsched.tasks_finished ATTACH PARTITION pgsched.tasks_finished_default DEFAULT;
+ALTER TABLE ONLY pgsched.tasks_finished ATTACH PARTITION pgsched.tasks_finished_default DEFAULT;  -- noqa: PRS
 
 ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_hot FOR VALUES IN ('QUEUED', 'PROCESSING');
 
@@ -735,9 +725,9 @@ CREATE INDEX tasks_finished_type_idx ON ONLY pgsched.tasks_finished USING btree 
 
 CREATE INDEX tasks_finished_archive_type_idx ON pgsched.tasks_finished_archive USING btree (task_type, id);
 
-CREATE INDEX tasks_finished_updated_idx ON ONLY pgsched.tasks_finished USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
+CREATE INDEX tasks_finished_updated_idx ON ONLY pgsched.tasks_finished USING btree (updated_at) WHERE (status = any(ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
 
-CREATE INDEX tasks_finished_archive_updated_idx ON pgsched.tasks_finished_archive USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
+CREATE INDEX tasks_finished_archive_updated_idx ON pgsched.tasks_finished_archive USING btree (updated_at) WHERE (status = any(ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
 
 CREATE INDEX tasks_finished_default_next_run_at_idx ON pgsched.tasks_finished_default USING btree (next_run_at);
 
@@ -749,7 +739,7 @@ CREATE INDEX tasks_finished_default_task_type_id_idx ON pgsched.tasks_finished_d
 
 CREATE INDEX tasks_finished_default_tenant_id_id_idx ON pgsched.tasks_finished_default USING btree (tenant_id, id);
 
-CREATE INDEX tasks_finished_default_updated_at_idx ON pgsched.tasks_finished_default USING btree (updated_at) WHERE (status = ANY (ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
+CREATE INDEX tasks_finished_default_updated_at_idx ON pgsched.tasks_finished_default USING btree (updated_at) WHERE (status = any(ARRAY['COMPLETED'::pgsched.task_status, 'CANCELLED'::pgsched.task_status]));
 
 CREATE INDEX tasks_hot_claim_idx ON pgsched.tasks_hot USING btree (lane, priority, next_run_at) WHERE (status = 'QUEUED'::pgsched.task_status);
 

@@ -1,3 +1,13 @@
+-- sql/code/cancel.sql — cancelling.
+--
+-- cancel_task_ex / cancel_task (a running task is asked to stop, NOTIFY pgsched_cancel),
+-- cancel_tasks by filter, task_request_cancel, task_cancel_requested.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- Who cancels: the actor a caller names (a dashboard user), with the database role that
 -- made the call, so a named actor cannot hide who really acted.
 CREATE OR REPLACE FUNCTION pgsched.cancel_actor(actor text) RETURNS text
@@ -9,7 +19,7 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.cancel_actor(text) IS 'Who cancels, as recorded: the actor a caller names (a dashboard user) together with the database role that made the call.';
-REVOKE ALL ON FUNCTION pgsched.cancel_actor(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.cancel_actor(text) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.cancel_actor(text) TO pgsched_admin;
 
 -- What a cancel's text arguments may be: the reason and the actor end up on the record.
@@ -22,8 +32,8 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.cancel_input_problem(text, text) IS 'Why a cancel''s reason or actor is refused, or NULL (they end up on the record; at most 1000 characters).';
-REVOKE ALL ON FUNCTION pgsched.cancel_input_problem(text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.cancel_input_problem(text,text) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.cancel_input_problem(text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.cancel_input_problem(text, text) TO pgsched_admin;
 
 -- Ask the workers holding these PROCESSING tasks to stop them: the request on each row
 -- (the first request wins; a second changes nothing), an event per row, a NOTIFY per row.
@@ -65,8 +75,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_request_cancel(bigint[], text, text, timestamp with time zone) IS 'Ask the workers holding these PROCESSING tasks to stop them: the request on each row (the first wins), an event and a NOTIFY pgsched_cancel per row. Returns the ids newly asked.';
-REVOKE ALL ON FUNCTION pgsched.task_request_cancel(bigint[],text,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_request_cancel(bigint[],text,text,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_request_cancel(bigint[], text, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_request_cancel(bigint[], text, text, timestamptz) TO pgsched_admin;
 
 -- Cancel one task; returns what happened:
 --   CANCELLED          it had not started: CANCELLED now
@@ -193,8 +203,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.cancel_task_ex(bigint, text, text, timestamp with time zone) IS 'Cancel one task; returns outcome and detail: CANCELLED (it had not started), CANCEL_REQUESTED (running: its worker is asked to stop it, NOTIFY pgsched_cancel), FAN_OUT_CANCELLED (a fan-out''s unfinished tenants cancelled or asked to stop). actor is recorded together with the database role. Refusals as cancel_task.';
-REVOKE ALL ON FUNCTION pgsched.cancel_task_ex(bigint,text,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.cancel_task_ex(bigint,text,text,timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.cancel_task_ex(bigint, text, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.cancel_task_ex(bigint, text, text, timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.cancel_task(
     task_id bigint,
@@ -208,8 +218,8 @@ AS $$
       FROM pgsched.cancel_task_ex(cancel_task.task_id, cancel_task.reason, cancel_task.actor, cancel_task.as_of)
 $$;
 COMMENT ON FUNCTION pgsched.cancel_task(bigint, text, timestamp with time zone, text) IS 'Cancel one task; returns its id. Not started: CANCELLED now; running: its worker is asked to stop it (cancel_task_ex says which). A finished task is refused (55000), an unknown id (P0002), another tenant''s task for a tenant-bound login (42501).';
-REVOKE ALL ON FUNCTION pgsched.cancel_task(bigint,text,timestamptz,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.cancel_task(bigint,text,timestamptz,text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.cancel_task(bigint, text, timestamptz, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.cancel_task(bigint, text, timestamptz, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Cancel every unfinished task matching the filters (at least one): its type, tenant,
 -- idempotency key, and due time in [due_from, due_until). Not started: CANCELLED; running:
@@ -312,8 +322,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.cancel_tasks(text, text, text, timestamp with time zone, timestamp with time zone, text, text, boolean, timestamp with time zone) IS 'Cancel every unfinished task matching the filters (at least one): task type, tenant, idempotency key, due time in [due_from, due_until). Not started: CANCELLED; running: asked to stop. dry_run counts without changing anything. Returns the counts; a tenant-bound login acts on its own tenants'' tasks only.';
-REVOKE ALL ON FUNCTION pgsched.cancel_tasks(text,text,text,timestamptz,timestamptz,text,text,boolean,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.cancel_tasks(text,text,text,timestamptz,timestamptz,text,text,boolean,timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.cancel_tasks(text, text, text, timestamptz, timestamptz, text, text, boolean, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.cancel_tasks(text, text, text, timestamptz, timestamptz, text, text, boolean, timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Which of these tasks (a worker's running ones) were asked to stop: the heartbeat
 -- thread's backstop for a lost notification.
@@ -327,5 +337,5 @@ AS $$
        AND tk.cancel_requested_at IS NOT NULL
 $$;
 COMMENT ON FUNCTION pgsched.task_cancel_requested(bigint[]) IS 'Which of these tasks (a worker''s running ones) were asked to stop: the heartbeat''s backstop for a lost NOTIFY pgsched_cancel.';
-REVOKE ALL ON FUNCTION pgsched.task_cancel_requested(bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.task_cancel_requested(bigint[]) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_cancel_requested(bigint[]) TO pgsched_worker, pgsched_admin;

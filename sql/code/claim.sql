@@ -1,3 +1,89 @@
+-- sql/code/claim.sql — the claim.
+--
+-- task_claim_many (fair, under limits, planned once per connection), task_claim_ids (the
+-- Redis hot tier's claim by id), lane_priorities, lane_next_due.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
+-- "The top of this file", which comments inside the functions below point to, is what the
+-- migrations that made them said (0028, 0029, 0031 of earlier releases, in tests/fixtures/sql_v33/):
+--
+-- 0028 — a claim reads its candidates in index order, whatever the statistics.
+--
+-- The fair claim first finds each tenant's head: a skip scan that should read one entry of
+-- tasks_hot_tenant_idx per tenant. With tasks_hot's statistics taken while it was empty
+-- (a quiet night, then a burst scheduled ahead) the planner believed the lane held a row
+-- or so, and preferred reading every row of the lane through the claim index and sorting
+-- them, once for each tenant: seen at 10,000 tasks/s offered, with 50,000 tasks scheduled
+-- a few seconds ahead, that query took 30 ms a claim instead of 0.45 ms, the claims fell
+-- behind, and the lateness grew to a second before autovacuum's ANALYZE caught up. Which
+-- of two near-equal costs won depended on the indexes' sizes, so the same burst was fast
+-- in one database and slow in another.
+--
+-- Every read of candidates has an index that returns them in the order asked for (the
+-- tenant index for the heads and the per-tenant shares, the claim index for the plain
+-- order), so the claim now plans them with sorting, sequential and bitmap scans off, for
+-- those statements only: work in proportion to the rows claimed, whatever the planner
+-- believes. Admission and the final UPDATE are planned as before (0026). The function's
+-- own SET of each setting ends what set_config(..., true) changed with the call.
+--
+-- 0029 — a claim's statements are planned once per connection, not at every call.
+--
+-- Planning was most of a small claim's cost. Measured with pg_stat_statements (track =
+-- all, track_planning = on) on a claim of one row, fair lane, statistics fresh: of about
+-- 1.2 ms of server time in its statements, 0.8 ms was planning them (the per-tenant
+-- shares 0.30 ms, the UPDATE 0.25 ms, the head search 0.21 ms), because the function
+-- plans every statement afresh (plan_cache_mode = force_custom_plan, sql/0004). At a
+-- steady rate a claim takes a few dozen rows, so that fixed cost is paid per few dozen
+-- tasks, and it sets how often a worker can claim, hence how late a due task starts.
+--
+-- Custom plans were there so that no cached plan outlives the statistics it was made
+-- for. The candidate reads (sql/0028) and the final UPDATE (sql/0026) no longer depend on
+-- the statistics: every access path but the one wanted is off for them. So their plans
+-- are the same whatever the planner believes, and a generic plan, made once per
+-- connection, is that plan. The settings and limits lookups are single-row reads. What
+-- still depends on data, the admission under limits (sql/0017), is planned each call as
+-- before. Only the planning changed: the plans and the rows they handle are as they were
+-- (tests/test_claim_stale_statistics.py, tests/test_claim_path_explain.py).
+--
+-- 0031 — claims by id, completions, lease renewals and promotion: work in proportion to
+-- the rows they act on, whatever the statistics.
+--
+-- Counted with auto_explain (analyze, every plan node's rows over all its loops) for calls
+-- acting on 300 rows, with tasks_hot analyzed while empty and autovacuum off on it, then a
+-- burst: 20,000 tasks due, or 50,000 scheduled 100 s ahead and a few hundred due; 5,000
+-- other tasks held by other workers (tests/test_hot_path_stale_statistics.py):
+--
+--   task_claim_ids       filtered the lane's claim index over every due row for the ids
+--                        asked for, as task_claim_many's UPDATE did before 0026: 21,800
+--                        rows with 20,000 due (the same with statistics taken after them).
+--   task_finish_many     read the lease index (its predicate, status = 'PROCESSING', was
+--                        the statement's own condition) whole, every worker's leases, to
+--                        find the flush's: 17,401 rows. A flush with a stale report (a
+--                        lease lost) joined the reports to every partition of
+--                        pgsched.tasks by sequential scans and hashing: 40,930 rows with
+--                        20,000 due, 111,530 with 50,000 ahead.
+--   task_heartbeat_many  read the lease index whole the same way: 18,301 rows.
+--   task_promote_due     with tasks_cold also analyzed empty, then 50,000 tasks scheduled a
+--                        month ahead, read the whole cold tier and sorted it to promote the
+--                        300 due within the hot window: 52,701 rows.
+--
+-- Now each statement has one way open to it, as 0026 did for the claim: rows looked up by
+-- `tk.id = ANY (...)` in the primary key, with a status condition that names the hot tier
+-- (partition pruning) in words no partial index's predicate follows from, sequential and
+-- bitmap scans off for that statement, and the rows matched to their ids or reports by
+-- hashing (nested loops off: an array rescanned per row is quadratic). A stale report's
+-- task may be in any tier by then: it is looked up by id in each tier's primary key.
+-- Promotion reads the cold tier's due index in order (sorting off) as far as it promotes,
+-- then moves those rows by id. set_config(..., true) inside a function with its own SET of
+-- each of those settings ends with the call. After, the heaviest statement of each call
+-- handles 2,100, 2,101 (1,981 with stale reports), 1,801 and 1,800 rows. The lease rescue (its range of the lease index ends at
+-- the expired leases: 3,001 rows) and a lane's next due time (one row a priority of the
+-- claim index) were measured the same way and are left as they were.
+
 -- The priorities of a lane, highest first.
 CREATE OR REPLACE FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) RETURNS integer[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -10,7 +96,7 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.lane_priorities(pgsched.task_lane) IS 'The priorities of a lane, highest first (the claim reads one index range per priority).';
-REVOKE ALL ON FUNCTION pgsched.lane_priorities(pgsched.task_lane) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.lane_priorities(pgsched.task_lane) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.lane_priorities(pgsched.task_lane) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.task_claim_many(
@@ -282,8 +368,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, interval, timestamp with time zone) IS 'A worker claims up to max_tasks due tasks of a lane: QUEUED, due by the database clock, higher priority first then earliest due, shared between tenants when the lane is fair, within the task limits; FOR UPDATE SKIP LOCKED. Each becomes PROCESSING with a lease (worker, lease token, expiry) and its attempt counted; keyed tasks whose work the ledger already holds come back with done_by set.';
-REVOKE ALL ON FUNCTION pgsched.task_claim_many(pgsched.task_lane,integer,text,interval,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_claim_many(pgsched.task_lane,integer,text,interval,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, interval, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, interval, timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- When a lane next has work, by the database clock: the worker sleeps exactly that long.
 CREATE OR REPLACE FUNCTION pgsched.lane_next_due(lane pgsched.task_lane)
@@ -301,7 +387,7 @@ AS $$
      ) AS c
 $$;
 COMMENT ON FUNCTION pgsched.lane_next_due(pgsched.task_lane) IS 'When a lane next has work, and the database''s now: the worker sleeps exactly until then.';
-REVOKE ALL ON FUNCTION pgsched.lane_next_due(pgsched.task_lane) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.lane_next_due(pgsched.task_lane) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.lane_next_due(pgsched.task_lane) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.task_claim_ids(
@@ -383,5 +469,5 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_claim_ids(pgsched.task_lane, bigint[], text, interval, timestamp with time zone) IS 'A worker claims these ids of a lane (popped from the Redis hot tier): as task_claim_many, only rows still QUEUED in that lane and due. Claims nothing on a lane where hot_tier_lane_usable is false.';
-REVOKE ALL ON FUNCTION pgsched.task_claim_ids(pgsched.task_lane,bigint[],text,interval,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_claim_ids(pgsched.task_lane,bigint[],text,interval,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_claim_ids(pgsched.task_lane, bigint[], text, interval, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_claim_ids(pgsched.task_lane, bigint[], text, interval, timestamptz) TO pgsched_worker, pgsched_admin;

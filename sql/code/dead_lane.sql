@@ -1,3 +1,12 @@
+-- sql/code/dead_lane.sql — the DEAD lane.
+--
+-- dead_retry, dead_discard and the lane_dead view.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- The DEAD lane's retry (0010): due now, routed like any new task. 0004 and 0010 meant to wake
 -- the lanes from a CTE that the planner dropped (nothing read its rows), so no lane was woken
 -- and a retried task waited for a worker's backup poll: the lanes are woken here.
@@ -48,8 +57,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.dead_retry(bigint, text, boolean, text, timestamp with time zone) IS 'Retry DEAD (FAILED) tasks: one id, a task type, or all_tasks; due now and routed as a new task (QUEUED), attempts starting over, recorded with the reason; the lanes are woken. Returns the ids retried.';
-REVOKE ALL ON FUNCTION pgsched.dead_retry(bigint,text,boolean,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.dead_retry(bigint,text,boolean,text,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.dead_retry(bigint, text, boolean, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.dead_retry(bigint, text, boolean, text, timestamptz) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.dead_discard(
     task_id bigint,
@@ -71,21 +80,44 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.dead_discard(bigint, text, timestamp with time zone) IS 'Discard a DEAD task: CANCELLED, recorded with the reason. Returns its id.';
-REVOKE ALL ON FUNCTION pgsched.dead_discard(bigint,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.dead_discard(bigint,text,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.dead_discard(bigint, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.dead_discard(bigint, text, timestamptz) TO pgsched_admin;
 
 -- The DEAD lane: terminal failures, whatever lane they ran in, waiting for a person.
 -- The columns tasks had when 0010 made these views with SELECT * (Postgres fixes a view's
 -- columns when it is made): written out, so applying this file again keeps them.
 CREATE OR REPLACE VIEW pgsched.lane_dead AS
 SELECT
-    id, tenant_id, task_type, schedule_type, next_run_at, cron_expression, timezone, payload,
-    metadata, priority, lane, status, attempts, max_attempts, last_run_at, last_error,
-    status_reason, idempotency_key, locked_by, lease_token, lease_expires_at, scope, product,
-    parent_id, created_at, updated_at, schedule_id
+    id,
+    tenant_id,
+    task_type,
+    schedule_type,
+    next_run_at,
+    cron_expression,
+    timezone,
+    payload,
+    metadata,
+    priority,
+    lane,
+    status,
+    attempts,
+    max_attempts,
+    last_run_at,
+    last_error,
+    status_reason,
+    idempotency_key,
+    locked_by,
+    lease_token,
+    lease_expires_at,
+    scope,
+    product,
+    parent_id,
+    created_at,
+    updated_at,
+    schedule_id
 FROM pgsched.tasks
 WHERE status = 'FAILED';
 COMMENT ON VIEW pgsched.lane_dead IS 'The DEAD lane: FAILED tasks, to retry or discard.';
-REVOKE ALL ON pgsched.lane_dead FROM PUBLIC;
+REVOKE ALL ON pgsched.lane_dead FROM public;
 GRANT SELECT ON pgsched.lane_dead TO pgsched_worker;
 GRANT ALL ON pgsched.lane_dead TO pgsched_admin;

@@ -1,3 +1,13 @@
+-- sql/code/fan_out.sql — fan-out.
+--
+-- task_fan_out (a product or global task becomes one child per tenant) and the
+-- fan_out_summary and tenant_outcomes views.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- Fan-out, as 0006, with the cancel: a parent asked to stop does not fan out.
 CREATE OR REPLACE FUNCTION pgsched.task_fan_out(
     task_id bigint, lease_token uuid, as_of timestamptz DEFAULT NULL
@@ -60,8 +70,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_fan_out(bigint, uuid, timestamp with time zone) IS 'A worker runs a product or global task: creates one child task per active tenant in the BATCH lane (the tenant set resolved now). A parent asked to stop does not fan out. Returns the number of children.';
-REVOKE ALL ON FUNCTION pgsched.task_fan_out(bigint,uuid,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_fan_out(bigint,uuid,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_fan_out(bigint, uuid, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_fan_out(bigint, uuid, timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- Per-tenant outcomes of a fan-out: one row per child (tenant) and a summary per parent.
 CREATE OR REPLACE VIEW pgsched.tenant_outcomes AS
@@ -78,7 +88,7 @@ SELECT
 FROM pgsched.tasks AS c
 WHERE c.parent_id IS NOT NULL;
 COMMENT ON VIEW pgsched.tenant_outcomes IS 'Per fan-out parent and tenant: the child task and its status.';
-REVOKE ALL ON pgsched.tenant_outcomes FROM PUBLIC;
+REVOKE ALL ON pgsched.tenant_outcomes FROM public;
 GRANT SELECT ON pgsched.tenant_outcomes TO pgsched_worker;
 GRANT ALL ON pgsched.tenant_outcomes TO pgsched_admin;
 
@@ -95,6 +105,6 @@ FROM pgsched.tasks AS c
 WHERE c.parent_id IS NOT NULL
 GROUP BY c.parent_id, c.task_type;
 COMMENT ON VIEW pgsched.fan_out_summary IS 'Per fan-out parent: its tenants, and how many completed, failed or are unfinished.';
-REVOKE ALL ON pgsched.fan_out_summary FROM PUBLIC;
+REVOKE ALL ON pgsched.fan_out_summary FROM public;
 GRANT SELECT ON pgsched.fan_out_summary TO pgsched_worker;
 GRANT ALL ON pgsched.fan_out_summary TO pgsched_admin;

@@ -1,3 +1,66 @@
+-- sql/code/finish.sql — finish and outcomes.
+--
+-- task_finish_many (a batch of outcomes, each a compare-and-set on the lease), the
+-- completed-work ledger (work_record_done_many) and ctx.once (work_once).
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
+-- "The top of this file", which comments inside the functions below point to, is what the
+-- migrations that made them said (0031, 0032 of earlier releases, in tests/fixtures/sql_v33/):
+--
+-- 0031 — claims by id, completions, lease renewals and promotion: work in proportion to
+-- the rows they act on, whatever the statistics.
+--
+-- Counted with auto_explain (analyze, every plan node's rows over all its loops) for calls
+-- acting on 300 rows, with tasks_hot analyzed while empty and autovacuum off on it, then a
+-- burst: 20,000 tasks due, or 50,000 scheduled 100 s ahead and a few hundred due; 5,000
+-- other tasks held by other workers (tests/test_hot_path_stale_statistics.py):
+--
+--   task_claim_ids       filtered the lane's claim index over every due row for the ids
+--                        asked for, as task_claim_many's UPDATE did before 0026: 21,800
+--                        rows with 20,000 due (the same with statistics taken after them).
+--   task_finish_many     read the lease index (its predicate, status = 'PROCESSING', was
+--                        the statement's own condition) whole, every worker's leases, to
+--                        find the flush's: 17,401 rows. A flush with a stale report (a
+--                        lease lost) joined the reports to every partition of
+--                        pgsched.tasks by sequential scans and hashing: 40,930 rows with
+--                        20,000 due, 111,530 with 50,000 ahead.
+--   task_heartbeat_many  read the lease index whole the same way: 18,301 rows.
+--   task_promote_due     with tasks_cold also analyzed empty, then 50,000 tasks scheduled a
+--                        month ahead, read the whole cold tier and sorted it to promote the
+--                        300 due within the hot window: 52,701 rows.
+--
+-- Now each statement has one way open to it, as 0026 did for the claim: rows looked up by
+-- `tk.id = ANY (...)` in the primary key, with a status condition that names the hot tier
+-- (partition pruning) in words no partial index's predicate follows from, sequential and
+-- bitmap scans off for that statement, and the rows matched to their ids or reports by
+-- hashing (nested loops off: an array rescanned per row is quadratic). A stale report's
+-- task may be in any tier by then: it is looked up by id in each tier's primary key.
+-- Promotion reads the cold tier's due index in order (sorting off) as far as it promotes,
+-- then moves those rows by id. set_config(..., true) inside a function with its own SET of
+-- each of those settings ends with the call. After, the heaviest statement of each call
+-- handles 2,100, 2,101 (1,981 with stale reports), 1,801 and 1,800 rows. The lease rescue (its range of the lease index ends at
+-- the expired leases: 3,001 rows) and a lane's next due time (one row a priority of the
+-- claim index) were measured the same way and are left as they were.
+--
+-- 0032 — a flush of outcomes is planned once per connection, not at every call.
+--
+-- Like the claim before 0029, task_finish_many planned its statements at every call
+-- (plan_cache_mode = force_custom_plan). With pg_stat_statements (track = all,
+-- track_planning = on), two worker processes, 3,000 no-op tasks/s due, flushes of ~13
+-- outcomes: planning the completion's UPDATE took 52.8 µs a task of its 164.8, and the
+-- call reading the tiers' horizons 13.9 µs of its 15.2; Postgres spent 365 µs a task in all.
+--
+-- Since sql/0031 the UPDATE has one access path open whatever the statistics (the reported
+-- ids probed in the primary key, matched to their reports by hashing), so its generic
+-- plan, made once per connection, is the plan a custom one would be. The horizons, the
+-- outcome check and the wake-up NOTIFY read no table whose statistics matter. The rare
+-- path, reports that lost their lease (looked up in every tier), is still planned when it
+-- happens, for the partitions there are then.
+
 CREATE OR REPLACE FUNCTION pgsched.task_finish_many(
     task_ids bigint[],
     lease_tokens uuid[],
@@ -142,8 +205,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time. Returns (task_id, applied) per report.';
-REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[],uuid[],text[],text[],interval[],timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[],uuid[],text[],text[],interval[],timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- ctx.once(key): true the first time a (tenant, task type, key) is claimed, false after.
 CREATE OR REPLACE FUNCTION pgsched.work_once(
@@ -163,8 +226,8 @@ $$;
 ALTER FUNCTION pgsched.work_once(text, text, text, bigint)
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION pgsched.work_once(text, text, text, bigint) IS 'ctx.once(key): true the first time a (tenant, task type, key) is asked for, false ever after.';
-REVOKE ALL ON FUNCTION pgsched.work_once(text,text,text,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.work_once(text,text,text,bigint) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.work_once(text, text, text, bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.work_once(text, text, text, bigint) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.work_record_done_many(
     task_ids bigint[], lease_tokens uuid[]
@@ -199,5 +262,5 @@ AS $$
      ORDER BY g.ord
 $$;
 COMMENT ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) IS 'Record in the completed-work ledger that these keyed tasks'' work is done, right after execute returned and before the batched completion; only the lease holder may record. Returns (task_id, recorded) per task.';
-REVOKE ALL ON FUNCTION pgsched.work_record_done_many(bigint[],uuid[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.work_record_done_many(bigint[],uuid[]) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) TO pgsched_worker, pgsched_admin;

@@ -1,3 +1,51 @@
+-- sql/code/hot_tier.sql — the hot tier.
+--
+-- promotion of cold tasks coming due (task_promote_due) and what the optional Redis hot
+-- tier reads (hot_tier_window, hot_tier_due_by_ids, hot_tier_lane_usable).
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
+-- "The top of this file", which comments inside the functions below point to, is what the
+-- migrations that made them said (0031 of earlier releases, in tests/fixtures/sql_v33/):
+--
+-- 0031 — claims by id, completions, lease renewals and promotion: work in proportion to
+-- the rows they act on, whatever the statistics.
+--
+-- Counted with auto_explain (analyze, every plan node's rows over all its loops) for calls
+-- acting on 300 rows, with tasks_hot analyzed while empty and autovacuum off on it, then a
+-- burst: 20,000 tasks due, or 50,000 scheduled 100 s ahead and a few hundred due; 5,000
+-- other tasks held by other workers (tests/test_hot_path_stale_statistics.py):
+--
+--   task_claim_ids       filtered the lane's claim index over every due row for the ids
+--                        asked for, as task_claim_many's UPDATE did before 0026: 21,800
+--                        rows with 20,000 due (the same with statistics taken after them).
+--   task_finish_many     read the lease index (its predicate, status = 'PROCESSING', was
+--                        the statement's own condition) whole, every worker's leases, to
+--                        find the flush's: 17,401 rows. A flush with a stale report (a
+--                        lease lost) joined the reports to every partition of
+--                        pgsched.tasks by sequential scans and hashing: 40,930 rows with
+--                        20,000 due, 111,530 with 50,000 ahead.
+--   task_heartbeat_many  read the lease index whole the same way: 18,301 rows.
+--   task_promote_due     with tasks_cold also analyzed empty, then 50,000 tasks scheduled a
+--                        month ahead, read the whole cold tier and sorted it to promote the
+--                        300 due within the hot window: 52,701 rows.
+--
+-- Now each statement has one way open to it, as 0026 did for the claim: rows looked up by
+-- `tk.id = ANY (...)` in the primary key, with a status condition that names the hot tier
+-- (partition pruning) in words no partial index's predicate follows from, sequential and
+-- bitmap scans off for that statement, and the rows matched to their ids or reports by
+-- hashing (nested loops off: an array rescanned per row is quadratic). A stale report's
+-- task may be in any tier by then: it is looked up by id in each tier's primary key.
+-- Promotion reads the cold tier's due index in order (sorting off) as far as it promotes,
+-- then moves those rows by id. set_config(..., true) inside a function with its own SET of
+-- each of those settings ends with the call. After, the heaviest statement of each call
+-- handles 2,100, 2,101 (1,981 with stale reports), 1,801 and 1,800 rows. The lease rescue (its range of the lease index ends at
+-- the expired leases: 3,001 rows) and a lane's next due time (one row a priority of the
+-- claim index) were measured the same way and are left as they were.
+
 CREATE OR REPLACE FUNCTION pgsched.task_promote_due(
     max_tasks integer DEFAULT 10000,
     as_of timestamptz DEFAULT NULL,
@@ -56,8 +104,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_promote_due(integer, timestamp with time zone, interval) IS 'The promotion sweep: moves up to max_tasks cold (PENDING) tasks due within the hot window into the hot tier, reading only the slice coming due. Returns how many moved.';
-REVOKE ALL ON FUNCTION pgsched.task_promote_due(integer,timestamptz,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_promote_due(integer,timestamptz,interval) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_promote_due(integer, timestamptz, interval) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_promote_due(integer, timestamptz, interval) TO pgsched_worker, pgsched_admin;
 
 -- The ids a mirror of the lane holds: QUEUED, due before the immediate window's end, at
 -- most max_tasks of them in claim order (higher priority first, then earliest due). One
@@ -96,8 +144,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.hot_tier_window(pgsched.task_lane, integer, timestamp with time zone) IS 'The Redis mirror''s pass: the ids of a lane QUEUED and due within the immediate window, at most max_tasks, in claim order, with the database''s now.';
-REVOKE ALL ON FUNCTION pgsched.hot_tier_window(pgsched.task_lane,integer,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.hot_tier_window(pgsched.task_lane,integer,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.hot_tier_window(pgsched.task_lane, integer, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.hot_tier_window(pgsched.task_lane, integer, timestamptz) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.hot_tier_lane_usable(lane pgsched.task_lane) RETURNS boolean
 LANGUAGE sql STABLE
@@ -109,7 +157,7 @@ AS $$
       FROM pgsched.settings AS s
 $$;
 COMMENT ON FUNCTION pgsched.hot_tier_lane_usable(pgsched.task_lane) IS 'Whether claims by id (the Redis hot tier) may serve a lane: fairness off and no task limits.';
-REVOKE ALL ON FUNCTION pgsched.hot_tier_lane_usable(pgsched.task_lane) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.hot_tier_lane_usable(pgsched.task_lane) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.hot_tier_lane_usable(pgsched.task_lane) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.hot_tier_due_by_ids(
@@ -152,5 +200,5 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.hot_tier_due_by_ids(bigint[], timestamp with time zone) IS 'Which of these ids the Redis mirror holds: QUEUED, due within the immediate window, on a lane it serves; a producer''s login learns only of its own tenants'' tasks.';
-REVOKE ALL ON FUNCTION pgsched.hot_tier_due_by_ids(bigint[],timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.hot_tier_due_by_ids(bigint[],timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.hot_tier_due_by_ids(bigint[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.hot_tier_due_by_ids(bigint[], timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;

@@ -1,3 +1,13 @@
+-- sql/code/limits_fairness.sql — limits and fairness.
+--
+-- limits per task type and tenant (limit_set, limit_clear, limit_list, limit_room,
+-- limit_tokens) and fair claims per lane (lane_set_fairness).
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- Tokens a limit holds at t: refilled at rate per rate_period up to its burst.
 CREATE OR REPLACE FUNCTION pgsched.limit_tokens(l pgsched.task_limits, t timestamptz)
 RETURNS double precision
@@ -11,8 +21,8 @@ AS $$
     ) END
 $$;
 COMMENT ON FUNCTION pgsched.limit_tokens(pgsched.task_limits, timestamp with time zone) IS 'The tokens a limit''s rate bucket holds at t: refilled at rate per period, up to a tenth of the rate (at least 1).';
-REVOKE ALL ON FUNCTION pgsched.limit_tokens(pgsched.task_limits,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.limit_tokens(pgsched.task_limits,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.limit_tokens(pgsched.task_limits, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.limit_tokens(pgsched.task_limits, timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- Each limit's room now: how many more tasks it lets a claim take (at most max_tasks).
 -- Counts PROCESSING rows (tasks_hot_lease_idx covers exactly those) per limited key.
@@ -36,8 +46,8 @@ AS $$
       ) AS r ON l.max_processing IS NOT NULL
 $$;
 COMMENT ON FUNCTION pgsched.limit_room(integer, timestamp with time zone) IS 'How many more tasks each limit lets a claim take now (at most max_tasks); used by the claims.';
-REVOKE ALL ON FUNCTION pgsched.limit_room(integer,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.limit_room(integer,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.limit_room(integer, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.limit_room(integer, timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- Set (or replace) the limits of one task type or tenant. A field is refused with 22023
 -- naming it, and nothing is written.
@@ -100,8 +110,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.limit_set(text, text, integer, integer, text) IS 'Set (or replace) the limits of one task type or tenant: max_processing tasks PROCESSING at once across all workers, and/or rate claims per second or minute (a token bucket). A bad field is refused with 22023 naming it.';
-REVOKE ALL ON FUNCTION pgsched.limit_set(text,text,integer,integer,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.limit_set(text,text,integer,integer,text) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.limit_set(text, text, integer, integer, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.limit_set(text, text, integer, integer, text) TO pgsched_admin;
 
 -- Remove the limits of one task type or tenant; false when it had none.
 CREATE OR REPLACE FUNCTION pgsched.limit_clear(scope text, key text) RETURNS boolean
@@ -118,8 +128,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.limit_clear(text, text) IS 'Remove the limits of one task type or tenant; false when it had none.';
-REVOKE ALL ON FUNCTION pgsched.limit_clear(text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.limit_clear(text,text) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.limit_clear(text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.limit_clear(text, text) TO pgsched_admin;
 
 -- Every limit, with what is PROCESSING under it now.
 CREATE OR REPLACE FUNCTION pgsched.limit_list()
@@ -141,7 +151,7 @@ AS $$
      ORDER BY l.scope, l.key
 $$;
 COMMENT ON FUNCTION pgsched.limit_list() IS 'Every limit, with what is PROCESSING under it now.';
-REVOKE ALL ON FUNCTION pgsched.limit_list() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.limit_list() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.limit_list() TO pgsched_worker, pgsched_admin;
 
 -- Turn fair claims on or off for one lane (on by default).
@@ -162,5 +172,5 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.lane_set_fairness(pgsched.task_lane, boolean) IS 'Turn fair claims on or off for one lane (on by default): on, a claim shares its batch between the tenants with work queued.';
-REVOKE ALL ON FUNCTION pgsched.lane_set_fairness(pgsched.task_lane,boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.lane_set_fairness(pgsched.task_lane,boolean) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.lane_set_fairness(pgsched.task_lane, boolean) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.lane_set_fairness(pgsched.task_lane, boolean) TO pgsched_admin;

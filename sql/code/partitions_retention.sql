@@ -1,3 +1,15 @@
+-- sql/code/partitions_retention.sql — partitions and retention.
+--
+-- time partitions of task_events and tasks_finished (partitions_maintain,
+-- finished_partitions_maintain, both through time_partitions_maintain; event_partitions,
+-- finished_partitions and their _status; event_period_start) and retention_prune; makes the
+-- periods ahead when applied.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- Retention deletes by row only the finished rows no dated partition holds: the archive's
 -- and the default partition's below the oldest period. The dated periods go whole
 -- (finished_partitions_maintain). The rest is as in 0024.
@@ -67,8 +79,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.retention_prune(interval, integer, timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys, occurrences and ledger rows no longer used) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
-REVOKE ALL ON FUNCTION pgsched.retention_prune(interval,integer,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.retention_prune(interval,integer,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- The first instant of the period holding `t`: a week from Monday (UTC), or a UTC day or
 -- part of one (periods that divide a day evenly start at UTC midnight).
@@ -112,7 +124,7 @@ AS $$
      ORDER BY b.m IS NULL, 2 NULLS FIRST
 $$;
 COMMENT ON FUNCTION pgsched.event_partitions() IS 'task_events'' partitions and their bounds (lower_bound NULL: the archive; both NULL: the default partition, whose rows are counted up to 100,000; others: the planner''s estimate).';
-REVOKE ALL ON FUNCTION pgsched.event_partitions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.event_partitions() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.event_partitions() TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- How far ahead task_events is covered, as of `as_of`: the period in force, whether the
@@ -140,7 +152,7 @@ AS $$
       FROM s
 $$;
 COMMENT ON FUNCTION pgsched.event_partitions_status(timestamp with time zone) IS 'How far ahead task_events is covered as of as_of: the period, whether the current period has a partition, how many whole periods after it do, and the default partition''s rows. pgsched doctor reads it.';
-REVOKE ALL ON FUNCTION pgsched.event_partitions_status(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.event_partitions_status(timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.event_partitions_status(timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.time_partitions_maintain(
@@ -323,7 +335,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.time_partitions_maintain(text, regclass, regproc, text, integer, interval, timestamp with time zone, interval) IS 'The one body of partitions_maintain and finished_partitions_maintain (the table, its listing, what its archive keeps); callable by no role.';
-REVOKE ALL ON FUNCTION pgsched.time_partitions_maintain(text,regclass,regproc,text,integer,interval,timestamptz,interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.time_partitions_maintain(text, regclass, regproc, text, integer, interval, timestamptz, interval) FROM public;
 
 -- The public functions keep their signatures, owners and grants (CREATE OR REPLACE).
 CREATE OR REPLACE FUNCTION pgsched.partitions_maintain(
@@ -344,8 +356,8 @@ AS $$
         ahead, keep, as_of, lock_wait)
 $$;
 COMMENT ON FUNCTION pgsched.partitions_maintain(integer, interval, timestamp with time zone, interval) IS 'The retention sweep: makes the partitions of task_events for the next ahead periods and drops those wholly older than keep, copying the events of live and DEAD tasks to task_events_archive first. Waits at most lock_wait for the lock; a lock not granted changes nothing. 22023 on bad arguments.';
-REVOKE ALL ON FUNCTION pgsched.partitions_maintain(integer,interval,timestamptz,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.partitions_maintain(integer,interval,timestamptz,interval) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.partitions_maintain(integer, interval, timestamptz, interval) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.partitions_maintain(integer, interval, timestamptz, interval) TO pgsched_worker, pgsched_admin;
 
 -- tasks_finished's partitions and their bounds, as event_partitions() lists task_events'
 -- (lower_bound NULL: the archive; both NULL: the default partition, whose rows are counted
@@ -376,7 +388,7 @@ AS $$
      ORDER BY b.m IS NULL, 2 NULLS FIRST
 $$;
 COMMENT ON FUNCTION pgsched.finished_partitions() IS 'tasks_finished''s partitions and their bounds, as event_partitions lists task_events''.';
-REVOKE ALL ON FUNCTION pgsched.finished_partitions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.finished_partitions() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.finished_partitions() TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.finished_partitions_status(as_of timestamptz DEFAULT NULL)
@@ -401,7 +413,7 @@ AS $$
       FROM s
 $$;
 COMMENT ON FUNCTION pgsched.finished_partitions_status(timestamp with time zone) IS 'How far ahead tasks_finished is covered as of as_of, as event_partitions_status says for task_events. pgsched doctor reads it.';
-REVOKE ALL ON FUNCTION pgsched.finished_partitions_status(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.finished_partitions_status(timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.finished_partitions_status(timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.finished_partitions_maintain(
@@ -420,13 +432,13 @@ AS $$
         ahead, keep, as_of, lock_wait)
 $$;
 COMMENT ON FUNCTION pgsched.finished_partitions_maintain(integer, interval, timestamp with time zone, interval) IS 'The retention sweep: makes the partitions of tasks_finished for the next ahead periods and drops those wholly older than keep, with their tasks'' idempotency keys. Waits at most lock_wait for the lock; a lock not granted changes nothing. 22023 on bad arguments.';
-REVOKE ALL ON FUNCTION pgsched.finished_partitions_maintain(integer,interval,timestamptz,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.finished_partitions_maintain(integer,interval,timestamptz,interval) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.finished_partitions_maintain(integer, interval, timestamptz, interval) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.finished_partitions_maintain(integer, interval, timestamptz, interval) TO pgsched_worker, pgsched_admin;
 
 
 -- The periods ahead, made when this file is applied (a fresh install gets them before any
 -- sweep runs, as 0024 and 0027 did). Nothing is dropped here: a keep of a thousand years
 -- leaves expiry to the retention sweep and its configured keep.
-SELECT count(*) FROM pgsched.partitions_maintain(keep => INTERVAL '1000 years');
+SELECT count(*) FROM pgsched.partitions_maintain(keep => interval '1000 years');
 
-SELECT count(*) FROM pgsched.finished_partitions_maintain(keep => INTERVAL '1000 years');
+SELECT count(*) FROM pgsched.finished_partitions_maintain(keep => interval '1000 years');

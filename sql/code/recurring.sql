@@ -1,3 +1,15 @@
+-- sql/code/recurring.sql — recurring schedules.
+--
+-- cron and zones (cron_problem, cron_field_values, timezone_problem), schedule_recurring,
+-- arming (schedule_arm, schedules_unarmed, occurrence_is_live), the operator's controls
+-- (schedule_pause, schedule_resume, schedule_delete, schedule_enable, schedule_quarantine);
+-- the run_history view.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- Why a time zone name is refused, or NULL. Only IANA Area/Location names and UTC are
 -- accepted: abbreviations (PST, EST) and legacy names are ambiguous about the rules.
 CREATE OR REPLACE FUNCTION pgsched.timezone_problem(timezone text) RETURNS text
@@ -13,7 +25,7 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.timezone_problem(text) IS 'Why a time zone name is refused, or NULL: only IANA Area/Location names and UTC are accepted (abbreviations such as PST and legacy names are ambiguous).';
-REVOKE ALL ON FUNCTION pgsched.timezone_problem(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.timezone_problem(text) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.timezone_problem(text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Why a cron expression is refused, or NULL; pgsched/cron.py gives the same verdicts.
@@ -58,7 +70,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.cron_problem(text) IS 'Why a cron expression is refused, or NULL. One grammar with pgsched/cron.py: five fields, ranges, steps, lists, month and weekday names, ? for a day field, 7 for Sunday; refused: R, H, L, W, #, a step larger than its field, a backward range, an expression that never fires.';
-REVOKE ALL ON FUNCTION pgsched.cron_problem(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.cron_problem(text) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.cron_problem(text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Create a recurring schedule. With first_fire_at (Python computes it) the first occurrence
@@ -154,8 +166,8 @@ ALTER FUNCTION pgsched.schedule_recurring(
     text, text
 ) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamp with time zone, timestamp with time zone, text, text) IS 'Create a recurring schedule: a five-field cron expression in an IANA zone, a task type and its payload, a misfire policy (run_once, skip, catch_up with catch_up_limit). With first_fire_at the first occurrence is armed in the same transaction; without it the recurring sweep, woken by NOTIFY pgsched_recurring, arms it. An idempotency key the tenant already used returns that schedule''s id. Returns the schedule id.';
-REVOKE ALL ON FUNCTION pgsched.schedule_recurring(text,text,text,jsonb,text,integer,text,text,bigint,text,jsonb,integer,timestamptz,timestamptz,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_recurring(text,text,text,jsonb,text,integer,text,text,bigint,text,jsonb,integer,timestamptz,timestamptz,text,text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamptz, timestamptz, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamptz, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Arm one occurrence of a schedule: a compare-and-set on the armed task (expected_task_id,
 -- NULL for "none yet"), so two schedulers racing to arm the next occurrence create it once.
@@ -229,8 +241,8 @@ $$;
 ALTER FUNCTION pgsched.schedule_arm(bigint, bigint, timestamptz, timestamptz[], timestamptz)
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION pgsched.schedule_arm(bigint, bigint, timestamp with time zone, timestamp with time zone[], timestamp with time zone) IS 'The recurring sweep or a worker arms one occurrence of a schedule: a compare-and-set on the armed task (expected_task_id, NULL for none yet), so two processes racing arm it once; missed fire times are recorded per the misfire policy. Returns the new task id, or NULL when someone else armed it first or the schedule is disabled.';
-REVOKE ALL ON FUNCTION pgsched.schedule_arm(bigint,bigint,timestamptz,timestamptz[],timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_arm(bigint,bigint,timestamptz,timestamptz[],timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_arm(bigint, bigint, timestamptz, timestamptz[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_arm(bigint, bigint, timestamptz, timestamptz[], timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- An occurrence is live while its task, or any tenant's child task of its fan-out, is
 -- still to run or running: the next occurrence waits for every tenant's outcome.
@@ -244,7 +256,7 @@ AS $$
     )
 $$;
 COMMENT ON FUNCTION pgsched.occurrence_is_live(bigint) IS 'Whether a recurring occurrence is still live: its task, or any tenant''s child of its fan-out, is still to run or running.';
-REVOKE ALL ON FUNCTION pgsched.occurrence_is_live(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.occurrence_is_live(bigint) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.occurrence_is_live(bigint) TO pgsched_worker, pgsched_admin;
 
 -- Schedules that need arming: enabled, and with no live occurrence (new, re-enabled,
@@ -260,7 +272,7 @@ AS $$
      LIMIT max_rows
 $$;
 COMMENT ON FUNCTION pgsched.schedules_unarmed(integer) IS 'The recurring sweep: enabled schedules with no live occurrence (new, resumed, their occurrence finished, or left unarmed by a crash).';
-REVOKE ALL ON FUNCTION pgsched.schedules_unarmed(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.schedules_unarmed(integer) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.schedules_unarmed(integer) TO pgsched_worker, pgsched_admin;
 
 -- Take a broken schedule out of service, with the reason; every other schedule keeps firing.
@@ -281,8 +293,8 @@ $$;
 ALTER FUNCTION pgsched.schedule_quarantine(bigint, text, timestamptz)
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION pgsched.schedule_quarantine(bigint, text, timestamp with time zone) IS 'The recurring sweep takes a broken schedule out of service (disabled, quarantine_reason, a schedule_events row); every other schedule keeps firing.';
-REVOKE ALL ON FUNCTION pgsched.schedule_quarantine(bigint,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_quarantine(bigint,text,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_quarantine(bigint, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_quarantine(bigint, text, timestamptz) TO pgsched_worker, pgsched_admin;
 
 -- Re-enable a schedule (after fixing it); the recurring sweep arms it again.
 CREATE OR REPLACE FUNCTION pgsched.schedule_enable(
@@ -303,8 +315,8 @@ AS $$
       FROM e
 $$;
 COMMENT ON FUNCTION pgsched.schedule_enable(bigint, boolean, timestamp with time zone) IS 'The older switch of migration 0005: sets a schedule''s enabled flag (clearing a quarantine when enabling) and writes an ''enabled'' or ''disabled'' event, leaving an armed occurrence to run. Prefer schedule_pause and schedule_resume.';
-REVOKE ALL ON FUNCTION pgsched.schedule_enable(bigint,boolean,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_enable(bigint,boolean,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_enable(bigint, boolean, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_enable(bigint, boolean, timestamptz) TO pgsched_admin;
 
 -- One field of a cron expression: why it is refused (problem) or the values it lists.
 -- pgsched/cron.py (cron_problem) applies the same grammar with the same messages.
@@ -414,8 +426,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.cron_field_values(text, text, integer) IS 'One field of a cron expression: why it is refused (problem), or the values it lists. Used by cron_problem.';
-REVOKE ALL ON FUNCTION pgsched.cron_field_values(text,text,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.cron_field_values(text,text,integer) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.cron_field_values(text, text, integer) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.cron_field_values(text, text, integer) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.schedule_cancel_armed(
     schedule_id bigint, reason text, as_of timestamptz DEFAULT NULL
@@ -432,8 +444,8 @@ AS $$
     RETURNING tk.id
 $$;
 COMMENT ON FUNCTION pgsched.schedule_cancel_armed(bigint, text, timestamp with time zone) IS 'Cancel a schedule''s armed occurrence if it has not started; returns its id, or NULL. Used by schedule_pause and schedule_delete.';
-REVOKE ALL ON FUNCTION pgsched.schedule_cancel_armed(bigint,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_cancel_armed(bigint,text,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_cancel_armed(bigint, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_cancel_armed(bigint, text, timestamptz) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.schedule_pause(
     schedule_id bigint, reason text DEFAULT 'paused by operator', as_of timestamptz DEFAULT NULL
@@ -464,8 +476,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.schedule_pause(bigint, text, timestamp with time zone) IS 'Pause a recurring schedule: disabled, its armed occurrence cancelled if it has not started (one running finishes, and is not re-armed); a ''paused'' row in schedule_events with the reason. An unknown id is refused (P0002).';
-REVOKE ALL ON FUNCTION pgsched.schedule_pause(bigint,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_pause(bigint,text,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_pause(bigint, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_pause(bigint, text, timestamptz) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.schedule_resume(schedule_id bigint, as_of timestamptz DEFAULT NULL)
 RETURNS bigint
@@ -489,8 +501,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.schedule_resume(bigint, timestamp with time zone) IS 'Resume a recurring schedule: enabled, its quarantine cleared, a ''resumed'' row in schedule_events, and NOTIFY pgsched_recurring so the sweeper arms it at once. An unknown id is refused (P0002).';
-REVOKE ALL ON FUNCTION pgsched.schedule_resume(bigint,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_resume(bigint,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_resume(bigint, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_resume(bigint, timestamptz) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.schedule_delete(
     schedule_id bigint, reason text DEFAULT 'deleted by operator', as_of timestamptz DEFAULT NULL
@@ -519,8 +531,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.schedule_delete(bigint, text, timestamp with time zone) IS 'Delete a recurring schedule: its armed occurrence cancelled if it has not started, the row gone, a ''deleted'' row in schedule_events; its events and its tasks'' history stay. An unknown id is refused (P0002).';
-REVOKE ALL ON FUNCTION pgsched.schedule_delete(bigint,text,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_delete(bigint,text,timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_delete(bigint, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_delete(bigint, text, timestamptz) TO pgsched_admin;
 
 -- History: every run with its task's identity, for `pgsched history` and psql.
 CREATE OR REPLACE VIEW pgsched.run_history AS
@@ -540,6 +552,6 @@ SELECT
 FROM pgsched.task_runs AS r
 LEFT JOIN pgsched.tasks AS t ON r.task_id = t.id;
 COMMENT ON VIEW pgsched.run_history IS 'Every run with its schedule: what pgsched history and App.history read.';
-REVOKE ALL ON pgsched.run_history FROM PUBLIC;
+REVOKE ALL ON pgsched.run_history FROM public;
 GRANT SELECT ON pgsched.run_history TO pgsched_worker;
 GRANT ALL ON pgsched.run_history TO pgsched_admin;

@@ -1,3 +1,13 @@
+-- sql/code/router.sql — the time router.
+--
+-- the time router written once: tier_horizons, tier_of, tier_status, route; lane_for;
+-- task_insert_many, the insert every scheduling path goes through.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- The lane a priority belongs to; BATCH only when asked for.
 CREATE OR REPLACE FUNCTION pgsched.lane_for(priority integer, lane text DEFAULT NULL)
 RETURNS pgsched.task_lane
@@ -12,8 +22,8 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.lane_for(integer, text) IS 'The lane of a task: BATCH when asked for, else from the priority (8+ HIGH, 4-7 NORMAL, 0-3 LOW).';
-REVOKE ALL ON FUNCTION pgsched.lane_for(integer,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.lane_for(integer,text) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.lane_for(integer, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.lane_for(integer, text) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.tier_horizons(as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (immediate_until timestamptz, hot_until timestamptz)
@@ -24,7 +34,7 @@ AS $$
       FROM pgsched.settings AS s
 $$;
 COMMENT ON FUNCTION pgsched.tier_horizons(timestamp with time zone) IS 'Where the IMMEDIATE and HOT routes end as of as_of (default now), from pgsched.settings.';
-REVOKE ALL ON FUNCTION pgsched.tier_horizons(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.tier_horizons(timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.tier_horizons(timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.tier_of(run_at timestamptz, immediate_until timestamptz, hot_until timestamptz)
@@ -38,8 +48,8 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.tier_of(timestamp with time zone, timestamp with time zone, timestamp with time zone) IS 'The route of a due time given the horizons of tier_horizons: IMMEDIATE, HOT or COLD. Every path that puts a task in a tier uses it.';
-REVOKE ALL ON FUNCTION pgsched.tier_of(timestamptz,timestamptz,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.tier_of(timestamptz,timestamptz,timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.tier_of(timestamptz, timestamptz, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.tier_of(timestamptz, timestamptz, timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.route(run_at timestamptz, as_of timestamptz DEFAULT NULL)
 RETURNS text
@@ -49,8 +59,8 @@ AS $$
       FROM pgsched.tier_horizons(route.as_of) AS h
 $$;
 COMMENT ON FUNCTION pgsched.route(timestamp with time zone, timestamp with time zone) IS 'The route a due time takes as of as_of (default now): IMMEDIATE (within settings.immediate_window), HOT (within settings.hot_window) or COLD.';
-REVOKE ALL ON FUNCTION pgsched.route(timestamptz,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.route(timestamptz,timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.route(timestamptz, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.route(timestamptz, timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- The engine's insert (0002), routed by tier_of.
 CREATE OR REPLACE FUNCTION pgsched.task_insert_many(
@@ -146,8 +156,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamp with time zone) IS 'The engine''s insert behind schedule_task and schedule_tasks, after their checks: routes each row by tier_of and honours idempotency keys. Returns (ordinal, task_id, created).';
-REVOKE ALL ON FUNCTION pgsched.task_insert_many(text[],jsonb[],timestamptz[],text[],integer[],text[],bigint[],text[],jsonb[],text[],text[],timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_insert_many(text[],jsonb[],timestamptz[],text[],integer[],text[],bigint[],text[],jsonb[],text[],text[],timestamptz) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.tier_status(tier text) RETURNS pgsched.task_status
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -156,5 +166,5 @@ AS $$
     SELECT CASE WHEN tier = 'COLD' THEN 'PENDING'::pgsched.task_status ELSE 'QUEUED'::pgsched.task_status END
 $$;
 COMMENT ON FUNCTION pgsched.tier_status(text) IS 'The status a route gives a task: QUEUED (hot tier) for IMMEDIATE and HOT, PENDING (cold tier) for COLD.';
-REVOKE ALL ON FUNCTION pgsched.tier_status(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.tier_status(text) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.tier_status(text) TO pgsched_producer, pgsched_worker, pgsched_admin;

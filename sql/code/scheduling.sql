@@ -1,3 +1,14 @@
+-- sql/code/scheduling.sql — scheduling.
+--
+-- input checks (task_identity_problem, task_content_problem, task_input_problem,
+-- run_at_problem) and the producer's entry points schedule_task, schedule_task_ex,
+-- schedule_tasks.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 CREATE OR REPLACE FUNCTION pgsched.task_identity_problem(
     task_type text,
     tenant_id text,
@@ -48,8 +59,8 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.task_identity_problem(text, text, integer, bigint, text, text, text) IS 'Why a task''s identity is refused, or NULL: task type and tenant as plain identifiers (tenants starting with _ are the engine''s), priority 0 to 10, max_attempts 1 to 1000, lane, scope and product.';
-REVOKE ALL ON FUNCTION pgsched.task_identity_problem(text,text,integer,bigint,text,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_identity_problem(text,text,integer,bigint,text,text,text) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_identity_problem(text, text, integer, bigint, text, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_identity_problem(text, text, integer, bigint, text, text, text) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.task_content_problem(
     payload jsonb,
@@ -80,8 +91,8 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.task_content_problem(jsonb, jsonb, text, bigint) IS 'Why a task''s content is refused, or NULL: the payload as JSON text at most max_payload_bytes, metadata a JSON object under the same cap, an idempotency key of 1 to 200 characters.';
-REVOKE ALL ON FUNCTION pgsched.task_content_problem(jsonb,jsonb,text,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_content_problem(jsonb,jsonb,text,bigint) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_content_problem(jsonb, jsonb, text, bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_content_problem(jsonb, jsonb, text, bigint) TO pgsched_worker, pgsched_admin;
 
 -- Both halves, for one task (the recurring path uses it).
 CREATE OR REPLACE FUNCTION pgsched.task_input_problem(
@@ -105,8 +116,8 @@ AS $$
     )
 $$;
 COMMENT ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) IS 'Why one task''s input is refused, or NULL: task_identity_problem and task_content_problem together.';
-REVOKE ALL ON FUNCTION pgsched.task_input_problem(text,jsonb,text,integer,bigint,text,jsonb,text,bigint,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.task_input_problem(text,jsonb,text,integer,bigint,text,jsonb,text,bigint,text,text) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.schedule_tasks(
     task_types text[],
@@ -240,8 +251,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[]) IS 'Schedule many tasks in one statement: parallel arrays, one element per task (every array one-dimensional), with the checks, routing and idempotency of schedule_task. Returns (ordinal, task_id, created) per input row, ordinal 1-based. One bad row refuses the whole batch, naming it: row N of the batch.';
-REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[],jsonb[],timestamptz[],text[],integer[],text[],bigint[],text[],jsonb[],timestamptz,text[],text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[],jsonb[],timestamptz[],text[],integer[],text[],bigint[],text[],jsonb[],timestamptz,text[],text[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Schedule one task; returns its id and whether this call created it (false: the tenant
 -- already used this idempotency key, and that task's id comes back, unchanged). Same
@@ -322,8 +333,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key (that task''s id comes back, unchanged).';
-REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text,jsonb,timestamptz,text,integer,text,bigint,text,jsonb,timestamptz,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text,jsonb,timestamptz,text,integer,text,bigint,text,jsonb,timestamptz,text,text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Schedule one task; returns its id (the existing task's id when the tenant already used
 -- this idempotency key: schedule_task_ex says which).
@@ -353,8 +364,8 @@ AS $$
           schedule_task.product) AS e
 $$;
 COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs.';
-REVOKE ALL ON FUNCTION pgsched.schedule_task(text,jsonb,timestamptz,text,integer,text,bigint,text,jsonb,timestamptz,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text,jsonb,timestamptz,text,integer,text,bigint,text,jsonb,timestamptz,text,text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Why a due time is refused, or NULL. The margins keep every reading of the value, in any
 -- session time zone, inside what clients can represent (Python: years 1 to 9999).
@@ -369,5 +380,5 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.run_at_problem(timestamp with time zone) IS 'Why a due time is refused, or NULL: it must lie in [1970-01-01, 9999-01-01) UTC, so that every reading of it, in any zone, fits a client''s datetime.';
-REVOKE ALL ON FUNCTION pgsched.run_at_problem(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.run_at_problem(timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.run_at_problem(timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;

@@ -1,3 +1,13 @@
+-- sql/code/sweep_leader.sql — the sweep leader.
+--
+-- the sweep leader's lease: sweep_leader_acquire, sweep_leader_renew, sweep_leader_release
+-- (compare-and-set, fenced by a generation), sweep_leader_fence.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 CREATE OR REPLACE FUNCTION pgsched.sweep_leader_lease_problem(holder text, lease interval)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -10,8 +20,8 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.sweep_leader_lease_problem(text, interval) IS 'Why a holder name or lease length is refused, or NULL.';
-REVOKE ALL ON FUNCTION pgsched.sweep_leader_lease_problem(text,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_lease_problem(text,interval) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_lease_problem(text, interval) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_lease_problem(text, interval) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.sweep_leader_acquire(holder text, lease interval, as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (
@@ -43,8 +53,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.sweep_leader_acquire(text, interval, timestamp with time zone) IS 'A sweeper tries to take the leader lease: granted by compare-and-set when the lease is free or expired, each takeover incrementing the generation. Returns whether it was acquired, the generation, the holder and when the lease expires.';
-REVOKE ALL ON FUNCTION pgsched.sweep_leader_acquire(text,interval,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_acquire(text,interval,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_acquire(text, interval, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_acquire(text, interval, timestamptz) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.sweep_leader_renew(
     holder text, generation bigint, lease interval, as_of timestamptz DEFAULT NULL
@@ -71,8 +81,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.sweep_leader_renew(text, bigint, interval, timestamp with time zone) IS 'The leader renews its lease (holder and generation must match); returns the new expiry, or NULL when the lease is no longer its own.';
-REVOKE ALL ON FUNCTION pgsched.sweep_leader_renew(text,bigint,interval,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_renew(text,bigint,interval,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_renew(text, bigint, interval, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_renew(text, bigint, interval, timestamptz) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.sweep_leader_release(holder text, generation bigint, as_of timestamptz DEFAULT NULL)
 RETURNS boolean
@@ -87,8 +97,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.sweep_leader_release(text, bigint, timestamp with time zone) IS 'The leader lets its lease go on a clean stop, so the next sweeper takes over at once; returns whether it held it.';
-REVOKE ALL ON FUNCTION pgsched.sweep_leader_release(text,bigint,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_release(text,bigint,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_release(text, bigint, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_release(text, bigint, timestamptz) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.sweep_leader_fence(holder text, generation bigint, as_of timestamptz DEFAULT NULL)
 RETURNS void
@@ -113,5 +123,5 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.sweep_leader_fence(text, bigint, timestamp with time zone) IS 'Run in the same transaction before a leader''s writes: refuses a holder or generation that is no longer current, and holds off a takeover while the transaction runs.';
-REVOKE ALL ON FUNCTION pgsched.sweep_leader_fence(text,bigint,timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_fence(text,bigint,timestamptz) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.sweep_leader_fence(text, bigint, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.sweep_leader_fence(text, bigint, timestamptz) TO pgsched_worker, pgsched_admin;

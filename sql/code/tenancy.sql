@@ -1,3 +1,13 @@
+-- sql/code/tenancy.sql — tenancy and roles.
+--
+-- which tenants a login acts for (producer_tenant_problem, login_acts_for_all_tenants,
+-- failing closed), the tenant registry (tenant_add, tenant_set_active), system_identifier.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- Whether the session's login acts for every tenant: superusers, the schema's owner and
 -- admins do; anyone else needs a binding with tenant_id '*'.
 CREATE OR REPLACE FUNCTION pgsched.login_acts_for_all_tenants() RETURNS boolean
@@ -10,7 +20,7 @@ AS $$
                     WHERE b.role_name = session_user AND b.tenant_id = '*')
 $$;
 COMMENT ON FUNCTION pgsched.login_acts_for_all_tenants() IS 'Whether the session''s login acts for every tenant: superusers, the pgsched schema''s owner and pgsched_admin members do; any other login needs the binding tenant_id ''*''.';
-REVOKE ALL ON FUNCTION pgsched.login_acts_for_all_tenants() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.login_acts_for_all_tenants() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.login_acts_for_all_tenants() TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Refuses tenants the session's login may not act for. Fails closed: a login with no
@@ -41,7 +51,7 @@ AS $$
     END
 $$;
 COMMENT ON FUNCTION pgsched.producer_tenant_problem(text[]) IS 'Why the session''s login may not act for these tenants, or NULL. Fails closed: a login bound to no tenant (pgsched.producer_tenants) acts for none, and the message gives the binding an admin would add.';
-REVOKE ALL ON FUNCTION pgsched.producer_tenant_problem(text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.producer_tenant_problem(text[]) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.producer_tenant_problem(text[]) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.tenant_add(
@@ -69,8 +79,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.tenant_add(text, text, jsonb) IS 'Register a tenant, with its product and metadata; returns its id.';
-REVOKE ALL ON FUNCTION pgsched.tenant_add(text,text,jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.tenant_add(text,text,jsonb) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.tenant_add(text, text, jsonb) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.tenant_add(text, text, jsonb) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) RETURNS text
 LANGUAGE plpgsql
@@ -86,8 +96,8 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.tenant_set_active(text, boolean) IS 'Activate or deactivate a tenant: an inactive tenant is left out of fan-outs. Returns its id.';
-REVOKE ALL ON FUNCTION pgsched.tenant_set_active(text,boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.tenant_set_active(text,boolean) TO pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.tenant_set_active(text, boolean) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.tenant_set_active(text, boolean) TO pgsched_admin;
 
 -- pg_control_system() is for superusers and pg_monitor; the identity alone is no secret.
 CREATE OR REPLACE FUNCTION pgsched.system_identifier() RETURNS text
@@ -98,5 +108,5 @@ AS $$
     SELECT system_identifier::text FROM pg_control_system()
 $$;
 COMMENT ON FUNCTION pgsched.system_identifier() IS 'The Postgres system identifier, which the Redis mirror records so that a mirror built from another database is recognised.';
-REVOKE ALL ON FUNCTION pgsched.system_identifier() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.system_identifier() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.system_identifier() TO pgsched_worker, pgsched_admin;

@@ -1,3 +1,14 @@
+-- sql/code/transitions.sql — transitions and events.
+--
+-- the state machine (transition_is_legal), the statement triggers on pgsched.tasks that
+-- check every transition and write its event (task_record_transitions) and refuse bad due
+-- times (task_refuse_bad_due_times); the task_timeline and task_runs views.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
 -- The state machine. Anything not listed here is refused by the trigger below.
 CREATE OR REPLACE FUNCTION pgsched.transition_is_legal(
     from_status pgsched.task_status, to_status pgsched.task_status
@@ -19,8 +30,8 @@ AS $$
     )
 $$;
 COMMENT ON FUNCTION pgsched.transition_is_legal(pgsched.task_status, pgsched.task_status) IS 'The state machine: whether a task may go from one status to another. The transition trigger refuses any other change.';
-REVOKE ALL ON FUNCTION pgsched.transition_is_legal(pgsched.task_status,pgsched.task_status) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION pgsched.transition_is_legal(pgsched.task_status,pgsched.task_status) TO pgsched_worker, pgsched_admin;
+REVOKE ALL ON FUNCTION pgsched.transition_is_legal(pgsched.task_status, pgsched.task_status) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.transition_is_legal(pgsched.task_status, pgsched.task_status) TO pgsched_worker, pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.task_record_transitions() RETURNS trigger
 LANGUAGE plpgsql
@@ -74,7 +85,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_record_transitions() IS 'Statement trigger on pgsched.tasks: refuses an illegal status change (transition_is_legal) and writes one task_events row per transition, in the same statement.';
-REVOKE ALL ON FUNCTION pgsched.task_record_transitions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.task_record_transitions() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_record_transitions() TO pgsched_worker, pgsched_admin;
 
 -- Statement level, on INSERT only: a row moved between partitions by an UPDATE is not
@@ -98,7 +109,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION pgsched.task_refuse_bad_due_times() IS 'Statement trigger on inserts into pgsched.tasks: refuses a due time run_at_problem refuses, whichever path wrote the row, naming the task type and tenant.';
-REVOKE ALL ON FUNCTION pgsched.task_refuse_bad_due_times() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.task_refuse_bad_due_times() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_refuse_bad_due_times() TO pgsched_worker, pgsched_admin;
 
 -- The views read the table by name when made: point them at the new one (same definitions
@@ -130,7 +141,7 @@ SELECT
     e.detail
 FROM pgsched.task_events AS e;
 COMMENT ON VIEW pgsched.task_timeline IS 'Every event of every task with its time, transition, worker, attempt and detail: what happened to task 123.';
-REVOKE ALL ON pgsched.task_timeline FROM PUBLIC;
+REVOKE ALL ON pgsched.task_timeline FROM public;
 GRANT SELECT ON pgsched.task_timeline TO pgsched_worker;
 GRANT ALL ON pgsched.task_timeline TO pgsched_admin;
 
@@ -164,7 +175,7 @@ LEFT JOIN LATERAL (
 ) AS f ON TRUE
 WHERE s.to_status = 'PROCESSING' AND s.from_status <> 'PROCESSING';
 COMMENT ON VIEW pgsched.task_runs IS 'One row per attempt: task, tenant, type, attempt, worker, due time, start, finish, lateness, outcome and detail.';
-REVOKE ALL ON pgsched.task_runs FROM PUBLIC;
+REVOKE ALL ON pgsched.task_runs FROM public;
 GRANT SELECT ON pgsched.task_runs TO pgsched_worker;
 GRANT ALL ON pgsched.task_runs TO pgsched_admin;
 
