@@ -166,7 +166,9 @@ def _migrate_locked(
             (migration.version, migration.name, migration.checksum),
         )
         done.append(migration.version)
-    recorded = dict(conn.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall())
+    recorded: dict[str, str] = dict(
+        conn.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall()
+    )
     code_done: list[str] = []
     for code_file in code:
         if not done and recorded.get(code_file.name) == code_file.checksum:
@@ -241,7 +243,9 @@ def require_current_schema(database: str | psycopg.Connection) -> int:
             f"{newest_known} (missing {', '.join(f'{v:04d}' for v in missing)}): "
             "run `pgsched migrate`"
         )
-    recorded = dict(database.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall())
+    recorded: dict[str, str] = dict(
+        database.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall()
+    )
     stale = [f.name for f in code_files() if recorded.get(f.name) != f.checksum]
     if stale:
         raise SchemaMismatchError(

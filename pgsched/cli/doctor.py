@@ -227,8 +227,8 @@ def period_name(period: timedelta) -> str:
 
 
 def _partitions(conn: psycopg.Connection[Any]) -> Check:
-    """task_events' partitions (sql/0024) and finished tasks' (tasks_finished, sql/0027):
-    the worst of the two, with both findings."""
+    """task_events' partitions and finished tasks' (tasks_finished), both made by
+    sql/code/partitions_retention.sql: the worst of the two, with both findings."""
     results = [
         _table_partitions(conn, "doctor_event_partitions", "task_events", "task_events", "event"),
         _table_partitions(
