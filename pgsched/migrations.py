@@ -243,13 +243,19 @@ def require_current_schema(database: str | psycopg.Connection) -> int:
             f"{newest_known} (missing {', '.join(f'{v:04d}' for v in missing)}): "
             "run `pgsched migrate`"
         )
-    recorded: dict[str, str] = dict(
-        database.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall()
-    )
-    stale = [f.name for f in code_files() if recorded.get(f.name) != f.checksum]
+    stale = stale_code_files(database)
     if stale:
         raise SchemaMismatchError(
             f"this database's pgsched functions and views are not this pgsched's "
             f"(sql/code/ {', '.join(stale)}): run `pgsched migrate`"
         )
     return newest_known
+
+
+def stale_code_files(conn: psycopg.Connection) -> list[str]:
+    """The files of sql/code/ not applied to this database as this pgsched ships them (by
+    name, in their order): functions, views or triggers `pgsched migrate` would apply."""
+    recorded: dict[str, str] = dict(
+        conn.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall()
+    )
+    return [f.name for f in code_files() if recorded.get(f.name) != f.checksum]

@@ -30,7 +30,7 @@ BEGIN
 END;
 $$;
 
---
+-- Types -----------------------------------------------------------------------------------
 
 CREATE TYPE pgsched.misfire_policy AS ENUM (
     'run_once',
@@ -58,6 +58,8 @@ CREATE TYPE pgsched.task_status AS ENUM (
     'FAILED',
     'CANCELLED'
 );
+
+-- Tables and sequences, each table with its description ---------------------------------
 
 CREATE TABLE pgsched.task_limits (
     scope text NOT NULL,
@@ -565,6 +567,8 @@ CREATE TABLE pgsched.tenants (
 
 COMMENT ON TABLE pgsched.tenants IS 'The tenant registry: id, product, active, metadata. Fan-outs run for the active tenants of a product, or all of them.';
 
+-- Partitions: the tiers of tasks (by status), the periods' default and archive partitions
+
 -- The archives hold what was there before the periods began: everything up to the end
 -- of the day the schema was made (UTC), a bound known only at install time.
 DO $$
@@ -602,7 +606,11 @@ ALTER TABLE ONLY pgsched.tasks_finished ATTACH PARTITION pgsched.tasks_finished_
 
 ALTER TABLE ONLY pgsched.tasks ATTACH PARTITION pgsched.tasks_hot FOR VALUES IN ('QUEUED', 'PROCESSING');
 
+-- Defaults --------------------------------------------------------------------------------
+
 ALTER TABLE ONLY pgsched.task_events ALTER COLUMN id SET DEFAULT nextval('pgsched.task_events_id_seq'::regclass);
+
+-- Keys and unique constraints -----------------------------------------------------------
 
 ALTER TABLE ONLY pgsched.completed_work
     ADD CONSTRAINT completed_work_pkey PRIMARY KEY (tenant_id, task_type, idempotency_key);
@@ -666,6 +674,8 @@ ALTER TABLE ONLY pgsched.tasks_hot
 
 ALTER TABLE ONLY pgsched.tenants
     ADD CONSTRAINT tenants_pkey PRIMARY KEY (tenant_id);
+
+-- Indexes ---------------------------------------------------------------------------------
 
 CREATE INDEX schedule_events_schedule_idx ON pgsched.schedule_events USING btree (schedule_id, id);
 
@@ -751,6 +761,8 @@ CREATE INDEX tasks_hot_tenant_idx ON pgsched.tasks_hot USING btree (lane, tenant
 
 CREATE INDEX tenants_product_active_idx ON pgsched.tenants USING btree (product) WHERE active;
 
+-- Partitions' indexes, attached to their parents' --------------------------------------
+
 ALTER INDEX pgsched.task_events_pkey ATTACH PARTITION pgsched.task_events_archive_pkey;
 
 ALTER INDEX pgsched.task_events_task_idx ATTACH PARTITION pgsched.task_events_archive_task_idx;
@@ -807,8 +819,12 @@ ALTER INDEX pgsched.tasks_parent_idx ATTACH PARTITION pgsched.tasks_hot_parent_i
 
 ALTER INDEX pgsched.tasks_pkey ATTACH PARTITION pgsched.tasks_hot_pkey;
 
+-- Foreign keys ----------------------------------------------------------------------------
+
 ALTER TABLE ONLY pgsched.schedule_occurrences
     ADD CONSTRAINT schedule_occurrences_schedule_id_fkey FOREIGN KEY (schedule_id) REFERENCES pgsched.schedules(id) ON DELETE CASCADE;
+
+-- Grants on the schema, tables and sequences (functions' and views' are in sql/code/) -----
 
 GRANT USAGE ON SCHEMA pgsched TO pgsched_producer;
 GRANT USAGE ON SCHEMA pgsched TO pgsched_worker;
@@ -879,7 +895,7 @@ GRANT ALL ON TABLE pgsched.tasks_hot TO pgsched_admin;
 GRANT SELECT ON TABLE pgsched.tenants TO pgsched_worker;
 GRANT ALL ON TABLE pgsched.tenants TO pgsched_admin;
 
---
+-- Seed rows -------------------------------------------------------------------------------
 
 -- The one row of engine settings and of the sweep leader's lease.
 INSERT INTO pgsched.settings DEFAULT VALUES;
