@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 from sql_v33 import V33, migrate_v33
+from worker_helpers import doctor_checks, run_cli
 
 from pgsched import migrations as migrations_module
 from pgsched.errors import SchemaMismatchError
@@ -165,3 +166,20 @@ def test_code_files_are_listed_once_in_order() -> None:
     names = [f.name for f in code_files()]
     assert Counter(names).most_common(1)[0][1] == 1
     assert sorted(names) == sorted(p.stem for p in (SQL / "code").glob("*.sql"))
+
+
+def test_doctor_and_migrate_name_a_code_file_not_applied_as_shipped(
+    conn: psycopg.Connection, db_env: dict[str, str]
+) -> None:
+    _, checks = doctor_checks(db_env)
+    assert checks["schema"]["result"] == "pass", checks["schema"]
+    conn.execute("UPDATE pgsched.schema_code SET checksum = 'older' WHERE name = 'finish'")
+    code, checks = doctor_checks(db_env)
+    assert code == 1 and checks["schema"]["result"] == "fail"
+    assert "sql/code/ finish" in checks["schema"]["detail"]
+    assert "run `pgsched migrate`" in checks["schema"]["detail"]
+    done = run_cli(db_env, "migrate")
+    assert done.returncode == 0, done.stderr
+    assert "applied sql/code/ finish;" in done.stdout
+    _, checks = doctor_checks(db_env)
+    assert checks["schema"]["result"] == "pass"
