@@ -179,12 +179,16 @@ REVOKE ALL ON pgsched.task_runs FROM public;
 GRANT SELECT ON pgsched.task_runs TO pgsched_worker;
 GRANT ALL ON pgsched.task_runs TO pgsched_admin;
 
+-- Every change of pgsched.tasks is checked and recorded by the statement that makes it:
+-- task_record_transitions above, once per statement over its old and new rows.
 DROP TRIGGER IF EXISTS tasks_record_transitions ON pgsched.tasks;
 CREATE TRIGGER tasks_record_transitions
 AFTER UPDATE ON pgsched.tasks
 REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
 FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_record_transitions();
 
+-- Every insert's due times are checked, whichever path wrote the rows
+-- (task_refuse_bad_due_times above).
 DROP TRIGGER IF EXISTS tasks_refuse_bad_due_times ON pgsched.tasks;
 CREATE TRIGGER tasks_refuse_bad_due_times
 AFTER INSERT ON pgsched.tasks
