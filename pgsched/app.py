@@ -507,7 +507,7 @@ class App:
         with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("tenant_list")).fetchall()
 
-    # -- limits and fairness (sql/0017_fair_claims_and_limits.sql) ----------------------
+    # -- limits and fairness (sql/code/limits_fairness.sql) --------------------------------
 
     def _limits_call(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         with self._connect() as c, c.cursor(row_factory=dict_row) as cur:

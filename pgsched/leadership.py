@@ -1,11 +1,12 @@
 """The sweep leader's lease: one row, taken and kept by compare-and-set, fenced by a generation.
 
-A sweeper leads while it holds the lease (`pgsched.sweep_leader`, sql/0019). It takes an
-expired lease with `sweep_leader_acquire` (the generation goes up by one), renews it every
-third of its length from a thread of its own (`LeaseRenewer`, so a long sweep never lets it
-lapse), and releases it when it stops, so another sweeper takes over at its next try. A
-leader that was SIGKILLed simply stops renewing: its lease runs out, and a candidate takes
-it within one lease period (candidates retry when the lease they saw expires).
+A sweeper leads while it holds the lease (`pgsched.sweep_leader`,
+sql/code/sweep_leader.sql). It takes an expired lease with `sweep_leader_acquire` (the
+generation goes up by one), renews it every third of its length from a thread of its own
+(`LeaseRenewer`, so a long sweep never lets it lapse), and releases it when it stops, so
+another sweeper takes over at its next try. A leader that was SIGKILLed simply stops
+renewing: its lease runs out, and a candidate takes it within one lease period (candidates
+retry when the lease they saw expires).
 
 Fencing: the sweeps' statements run on a `FencedConnection`, which wraps each one in a
 transaction that first calls `sweep_leader_fence` (refused, SQLSTATE PS001, unless this

@@ -1,22 +1,40 @@
-"""`pgsched migrate`: apply the numbered SQL files, forward only, each exactly once.
+"""`pgsched migrate`: apply the numbered SQL files, forward only, each exactly once, then
+the code files (functions, views, triggers by concept) that changed.
 
-The version table records each applied file with its checksum. An advisory lock makes two
-processes migrating at once take turns; the second then finds nothing left to do. A database
-migrated by a newer pgsched (a version this one does not know) is refused, and so is an
-applied file whose checksum changed, since that means the schema is not what the code expects.
-A file renamed with its version and content unchanged is the same migration: its recorded
-name is updated.
+The version table records each applied numbered file with its checksum; pgsched.schema_code
+records each code file of sql/code/ with the checksum it was last applied with. A code file
+is applied again when its checksum changed, and every code file is applied after a numbered
+migration ran (one may have dropped what a file defines). All of it runs in one transaction,
+so a numbered migration that drops an old signature commits with the code that replaces it.
+
+An advisory lock makes two processes migrating at once take turns; the second then finds
+nothing left to do. A database migrated by a newer pgsched (a version this one does not
+know) is refused, and so is an applied file whose checksum changed, since that means the
+schema is not what the code expects. A file renamed with its version and content unchanged
+is the same migration: its recorded name is updated.
+
+The numbered files start at the baseline (0033), which squashes migrations 0001..0033 of
+earlier releases. A database those 33 files made (their checksums recorded, see
+`LEGACY_CHECKSUMS`) is recorded as at the baseline and gets the code files; one older than
+0033 must first be migrated by an earlier pgsched.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 
 from pgsched.errors import SchemaMismatchError
 from pgsched.queries import query
-from pgsched.sql_files import Migration, migrations
+from pgsched.sql_files import (
+    BASELINE_VERSION,
+    LEGACY_CHECKSUMS,
+    CodeFile,
+    Migration,
+    code_files,
+    migrations,
+)
 
 # An arbitrary constant shared by every pgsched process: "the migration lock".
 MIGRATION_LOCK_KEY = 0x7067736368656400 >> 8
@@ -30,6 +48,7 @@ class MigrationError(RuntimeError):
 class MigrateResult:
     applied: list[int]
     current_version: int
+    code_applied: list[str] = field(default_factory=list)
 
 
 _VERSION_TABLE = """
@@ -39,22 +58,74 @@ CREATE TABLE IF NOT EXISTS pgsched.schema_migrations (
     name text NOT NULL,
     checksum text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS pgsched.schema_code (
+    name text PRIMARY KEY,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
 )
 """
+
+_OLDER_THAN_BASELINE = (
+    "this database's pgsched schema is at version {current}, older than {baseline}, the "
+    "oldest this pgsched upgrades from: migrate it first with an earlier pgsched (one that "
+    "ships sql/0033_comments.sql), then with this one"
+)
 
 
 def migrate(conninfo: str) -> MigrateResult:
     """Bring the database at `conninfo` up to the newest schema this package ships."""
     known = migrations()
+    code = code_files()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         try:
-            return _migrate_locked(conn, known)
+            with conn.transaction():
+                return _migrate_locked(conn, known, code)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
-def _migrate_locked(conn: psycopg.Connection, known: list[Migration]) -> MigrateResult:
+def _is_legacy(applied: dict[int, tuple[str, str]]) -> bool:
+    """Recorded by the numbered files of earlier releases (0001..0033), not the baseline."""
+    if any(version < BASELINE_VERSION for version in applied):
+        return True
+    recorded = applied.get(BASELINE_VERSION)
+    return recorded is not None and recorded[1] == LEGACY_CHECKSUMS[BASELINE_VERSION]
+
+
+def _adopt_legacy(
+    conn: psycopg.Connection, applied: dict[int, tuple[str, str]], baseline: Migration
+) -> None:
+    """A database made by migrations 0001..0033 of earlier releases has the baseline's
+    tables: record it as at the baseline (the code files then replace its functions, views
+    and triggers with the same ones)."""
+    legacy = sorted(v for v in applied if v <= BASELINE_VERSION)
+    if legacy != list(range(1, BASELINE_VERSION + 1)):
+        raise MigrationError(
+            _OLDER_THAN_BASELINE.format(current=max(legacy), baseline=BASELINE_VERSION)
+        )
+    for version in legacy:
+        name, checksum = applied[version]
+        if checksum != LEGACY_CHECKSUMS[version]:
+            raise MigrationError(
+                f"migration {version:04d}_{name} was applied with a different checksum than "
+                "the file earlier pgsched releases shipped; the schema is not what the code "
+                "expects. Migrations are forward-only: never edit an applied one."
+            )
+    conn.execute("DELETE FROM pgsched.schema_migrations WHERE version < %s", (BASELINE_VERSION,))
+    conn.execute(
+        "UPDATE pgsched.schema_migrations SET name = %s, checksum = %s WHERE version = %s",
+        (baseline.name, baseline.checksum, BASELINE_VERSION),
+    )
+    for version in legacy:
+        del applied[version]
+    applied[BASELINE_VERSION] = (baseline.name, baseline.checksum)
+
+
+def _migrate_locked(
+    conn: psycopg.Connection, known: list[Migration], code: list[CodeFile]
+) -> MigrateResult:
     conn.execute(_VERSION_TABLE)
     rows = conn.execute("SELECT version, name, checksum FROM pgsched.schema_migrations").fetchall()
     applied = {version: (name, checksum) for version, name, checksum in rows}
@@ -65,6 +136,8 @@ def _migrate_locked(conn: psycopg.Connection, known: list[Migration]) -> Migrate
             f"this database was migrated by a newer pgsched (schema version {max(unknown)}); "
             f"this pgsched knows versions up to {newest_known}. Upgrade pgsched."
         )
+    if known and _is_legacy(applied):
+        _adopt_legacy(conn, applied, known[0])
     renamed: list[Migration] = []
     for migration in known:
         if migration.version in applied:
@@ -87,15 +160,28 @@ def _migrate_locked(conn: psycopg.Connection, known: list[Migration]) -> Migrate
     for migration in known:
         if migration.version in applied:
             continue
-        with conn.transaction():
-            conn.execute(migration.sql.encode())
-            conn.execute(
-                "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
-                " VALUES (%s, %s, %s)",
-                (migration.version, migration.name, migration.checksum),
-            )
+        conn.execute(migration.sql.encode())
+        conn.execute(
+            "INSERT INTO pgsched.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+            (migration.version, migration.name, migration.checksum),
+        )
         done.append(migration.version)
-    return MigrateResult(applied=done, current_version=newest_known)
+    recorded: dict[str, str] = dict(
+        conn.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall()
+    )
+    code_done: list[str] = []
+    for code_file in code:
+        if not done and recorded.get(code_file.name) == code_file.checksum:
+            continue
+        conn.execute(code_file.sql.encode())
+        conn.execute(
+            "INSERT INTO pgsched.schema_code (name, checksum) VALUES (%s, %s)"
+            " ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum,"
+            " applied_at = excluded.applied_at",
+            (code_file.name, code_file.checksum),
+        )
+        code_done.append(code_file.name)
+    return MigrateResult(applied=done, current_version=newest_known, code_applied=code_done)
 
 
 def schema_version(conn: psycopg.Connection) -> int:
@@ -132,11 +218,16 @@ def require_current_schema(database: str | psycopg.Connection) -> int:
             "grant this login a pgsched role"
         ) from None
     versions = {version for version, _, _ in applied}
-    newer = sorted(versions - known.keys())
+    newer = sorted(v for v in versions if v > newest_known)
     if newer:
         raise SchemaMismatchError(
             f"this database was migrated by a newer pgsched (schema version {max(newer)}); "
             f"this pgsched knows versions up to {newest_known}: upgrade pgsched"
+        )
+    if _is_legacy({version: (name, checksum) for version, name, checksum in applied}):
+        raise SchemaMismatchError(
+            f"this database's pgsched schema is at version {max(versions, default=0)}, made by "
+            "the numbered migrations of an earlier pgsched: run `pgsched migrate`"
         )
     for version, name, checksum in applied:
         if checksum != known[version].checksum:
@@ -152,4 +243,19 @@ def require_current_schema(database: str | psycopg.Connection) -> int:
             f"{newest_known} (missing {', '.join(f'{v:04d}' for v in missing)}): "
             "run `pgsched migrate`"
         )
+    stale = stale_code_files(database)
+    if stale:
+        raise SchemaMismatchError(
+            f"this database's pgsched functions and views are not this pgsched's "
+            f"(sql/code/ {', '.join(stale)}): run `pgsched migrate`"
+        )
     return newest_known
+
+
+def stale_code_files(conn: psycopg.Connection) -> list[str]:
+    """The files of sql/code/ not applied to this database as this pgsched ships them (by
+    name, in their order): functions, views or triggers `pgsched migrate` would apply."""
+    recorded: dict[str, str] = dict(
+        conn.execute("SELECT name, checksum FROM pgsched.schema_code").fetchall()
+    )
+    return [f.name for f in code_files() if recorded.get(f.name) != f.checksum]

@@ -246,8 +246,8 @@ class RetentionSweep:
     def _maintain(
         self, conn: psycopg.Connection[Any], now: datetime, statement: str, counter: str
     ) -> dict[str, int]:
-        """One table's maintenance (both share sql/0030's body, so their rows read alike):
-        counted as `<counter>_created`, `<counter>_dropped`, lock_timeouts."""
+        """One table's maintenance (both share one SQL body, time_partitions_maintain, so their
+        rows read alike): counted as `<counter>_created`, `<counter>_dropped`, lock_timeouts."""
         with conn.cursor() as cur:
             rows = cur.execute(
                 query(statement),

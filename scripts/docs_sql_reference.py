@@ -6,7 +6,8 @@
 
 A throwaway database is created and migrated on the server; every function of the pgsched
 schema is rendered with its signature, its result, the roles that may call it and its
-`COMMENT ON` text (sql/0033_comments.sql), and so is every table, view and fixed partition.
+`COMMENT ON` text (next to each function and view in its file of sql/code/, next to each
+table in the numbered migrations), and so is every table, view and fixed partition.
 The page is committed: tests/test_docs_sql_reference.py renders a freshly migrated database
 and fails when the page differs, so a migration that changes a function or a comment must
 regenerate it. Nothing is read from the migration files themselves: what the page says is
@@ -32,8 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PAGE = REPO_ROOT / "docs" / "reference" / "sql.md"
 REGENERATE = "python scripts/docs_sql_reference.py"
 
-# The roles of sql/0006, least privileged first: a function is listed under the first that
-# may call it.
+# The roles (made by sql/0033_baseline.sql), least privileged first: a function is listed
+# under the first that may call it.
 ROLES = ("pgsched_producer", "pgsched_worker", "pgsched_admin")
 SECTIONS = {
     "pgsched_producer": (

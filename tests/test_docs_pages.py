@@ -26,16 +26,27 @@ def _pages() -> list[Path]:
     return [p for p in DOCS.rglob("*.md") if p != DOCS / "reference" / "sql.md"]
 
 
-def test_every_migration_has_a_row_on_the_source_page() -> None:
+def _schema_files() -> list[Path]:
+    """The numbered migrations and the code files (functions, views, triggers by concept)."""
+    return [*sorted(SQL.glob("0*.sql")), *sorted((SQL / "code").glob("*.sql"))]
+
+
+def test_every_migration_and_code_file_has_a_row_on_the_source_page() -> None:
     page = (DOCS / "reference" / "source.md").read_text()
-    missing = [p.name for p in sorted(SQL.glob("0*.sql")) if f"| `sql/{p.name}` |" not in page]
+    missing = [
+        str(p.relative_to(REPO_ROOT))
+        for p in _schema_files()
+        if f"| `{p.relative_to(REPO_ROOT)}` |" not in page
+    ]
     assert missing == [], f"docs/reference/source.md has no row for {missing}"
 
 
 def test_every_sql_object_the_docs_name_exists() -> None:
-    """`pgsched.name` in a page is a function, table or view of sql/schema.sql, or a module
-    of the Python package: a renamed or dropped function shows up here."""
-    schema_objects = set(re.findall(r"pgsched\.(\w+)", (SQL / "schema.sql").read_text()))
+    """`pgsched.name` in a page is a function, table or view the SQL files define, or a
+    module of the Python package: a renamed or dropped function shows up here."""
+    schema_objects = {
+        name for path in _schema_files() for name in re.findall(r"pgsched\.(\w+)", path.read_text())
+    }
     package = REPO_ROOT / "pgsched"
     modules = {p.stem for p in package.glob("*.py")} | {p.name for p in package.iterdir()}
     exported = (package / "__init__.py").read_text()
@@ -61,10 +72,9 @@ def test_the_dashboard_page_names_the_functions_its_writes_call() -> None:
 
 
 def test_schedule_events_the_docs_name_are_the_ones_written() -> None:
-    """Pause and resume write 'paused' and 'resumed' (sql/0013), not enabled / disabled."""
-    written = set(
-        re.findall(r"'(\w+)'", (SQL / "0013_schedule_pause_resume_delete.sql").read_text())
-    )
+    """Pause and resume write 'paused' and 'resumed' (sql/code/recurring.sql), not enabled /
+    disabled."""
+    written = set(re.findall(r"'(\w+)'", (SQL / "code" / "recurring.sql").read_text()))
     assert {"paused", "resumed", "deleted"} <= written
     for page in ("guides/dashboard.md", "guides/recurring.md"):
         text = (DOCS / page).read_text()

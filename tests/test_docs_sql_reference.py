@@ -3,7 +3,8 @@
 The page is generated from a migrated database's catalog and `COMMENT ON` text
 (scripts/docs_sql_reference.py) and committed; these tests render this test's freshly
 migrated clone and compare, and check that nothing a user, a worker or an operator can
-reach is left without a comment (sql/0033_comments.sql and every migration after it).
+reach is left without a comment (next to each object: sql/code/ for functions and views,
+the numbered migrations for tables).
 """
 
 from __future__ import annotations

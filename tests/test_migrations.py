@@ -16,7 +16,7 @@ import pytest
 
 from pgsched import migrations as migrations_module
 from pgsched.migrations import MIGRATION_LOCK_KEY, MigrationError, migrate, schema_version
-from pgsched.sql_files import Migration, migrations
+from pgsched.sql_files import BASELINE_VERSION, Migration, migrations
 
 if TYPE_CHECKING:
     from conftest import PgServer
@@ -51,8 +51,9 @@ def versions(dsn: str) -> list[tuple[int, str, str, object]]:
 
 
 def test_shipped_migrations_are_numbered(pg_server: PgServer) -> None:
-    assert list(range(1, len(SHIPPED) + 1)) == SHIPPED
-    assert len(SHIPPED) >= 3
+    # From the baseline (0033, the squashed 0001..0033 of earlier releases) on, without gaps.
+    assert list(range(BASELINE_VERSION, BASELINE_VERSION + len(SHIPPED))) == SHIPPED
+    assert len(SHIPPED) >= 2
 
 
 def test_migrate_twice_applies_nothing_the_second_time(
@@ -91,7 +92,7 @@ def test_upgrade_applies_only_what_is_missing(
 
     stepped = new_database()
     monkeypatch.setattr(migrations_module, "migrations", lambda: migrations()[:1])
-    assert migrate(stepped).applied == [1]
+    assert migrate(stepped).applied == SHIPPED[:1]
     monkeypatch.undo()
     assert migrate(stepped).applied == SHIPPED[1:]
     assert schema_dump(pg_server, stepped) == schema_dump(pg_server, straight)
@@ -101,15 +102,20 @@ def test_failed_migration_leaves_nothing_behind(
     new_database: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dsn = new_database()
-    broken = Migration(2, "broken", "CREATE TABLE pgsched.half_done (id int);\nSELECT 1 / 0;\n")
+    broken = Migration(
+        SHIPPED[0] + 1, "broken", "CREATE TABLE pgsched.half_done (id int);\nSELECT 1 / 0;\n"
+    )
     monkeypatch.setattr(migrations_module, "migrations", lambda: [migrations()[0], broken])
     with pytest.raises(psycopg.errors.DivisionByZero):
         migrate(dsn)
+    # One transaction for the whole run (the numbered files and the code files): nothing of
+    # it stays, not even the baseline applied before the broken file.
     with psycopg.connect(dsn) as conn:
-        assert schema_version(conn) == 1
+        assert schema_version(conn) == 0
         assert conn.execute("SELECT to_regclass('pgsched.half_done')").fetchone() == (None,)
+        assert conn.execute("SELECT to_regclass('pgsched.tasks')").fetchone() == (None,)
     monkeypatch.undo()
-    assert migrate(dsn).applied == SHIPPED[1:]
+    assert migrate(dsn).applied == SHIPPED
 
 
 _MIGRATE_IN_CHILD = """
@@ -187,11 +193,14 @@ def test_edited_checksum_is_refused(new_database: Callable[..., str]) -> None:
     dsn = new_database()
     migrate(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE pgsched.schema_migrations SET checksum = 'edited' WHERE version = 2")
+        conn.execute(
+            "UPDATE pgsched.schema_migrations SET checksum = 'edited' WHERE version = %s",
+            (SHIPPED[0],),
+        )
     before = versions(dsn)
     with pytest.raises(MigrationError, match="different checksum") as caught:
         migrate(dsn)
-    assert "0002" in str(caught.value)
+    assert f"{SHIPPED[0]:04d}" in str(caught.value)
     assert versions(dsn) == before
 
 
@@ -203,7 +212,7 @@ def test_edited_shipped_file_is_refused(
     migrate(dsn)
     edited = [
         Migration(m.version, m.name, m.sql + "\n-- a harmless-looking edit\n")
-        if m.version == 1
+        if m.version == SHIPPED[0]
         else m
         for m in migrations()
     ]
@@ -215,11 +224,13 @@ def test_edited_shipped_file_is_refused(
 def test_renamed_file_with_same_version_and_content_is_accepted(
     new_database: Callable[..., str],
 ) -> None:
-    """A database migrated when 0005 was called `time` takes the clearer name, nothing else."""
+    """A database migrated when the baseline was called `time` takes the clearer name only."""
     dsn = new_database()
     migrate(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE pgsched.schema_migrations SET name = 'time' WHERE version = 5")
+        conn.execute(
+            "UPDATE pgsched.schema_migrations SET name = 'time' WHERE version = %s", (SHIPPED[0],)
+        )
     before = versions(dsn)
     result = migrate(dsn)
     assert result.applied == []
@@ -237,7 +248,8 @@ def test_renamed_and_edited_file_is_still_refused(new_database: Callable[..., st
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "UPDATE pgsched.schema_migrations SET name = 'time', checksum = 'edited'"
-            " WHERE version = 5"
+            " WHERE version = %s",
+            (SHIPPED[0],),
         )
     before = versions(dsn)
     with pytest.raises(MigrationError, match="different checksum"):

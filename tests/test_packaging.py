@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsched.sql_files import migrations
+from pgsched.sql_files import code_files, migrations
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,8 +44,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_wheel_sql_is_byte_identical(wheel: Path) -> None:
-    shipped = {p.name: p.read_bytes() for p in sorted((REPO_ROOT / "sql").glob("*.sql"))}
-    assert shipped, "no sql/*.sql in the checkout"
+    sql = REPO_ROOT / "sql"
+    shipped = {
+        p.relative_to(sql).as_posix(): p.read_bytes() for p in sorted(sql.rglob("*")) if p.is_file()
+    }
+    assert "code/order.txt" in shipped and any(n.startswith("code/") for n in shipped)
     with zipfile.ZipFile(wheel) as archive:
         packaged = {
             name.removeprefix("pgsched/sql/"): archive.read(name)
@@ -65,9 +68,10 @@ def test_installed_wheel_finds_its_own_sql(wheel: Path, tmp_path: Path) -> None:
     # -I: no PYTHONPATH, no current directory on sys.path; only the unpacked wheel is added.
     probe = (
         f"import json, sys; sys.path.insert(0, {str(site)!r});"
-        " from pgsched.sql_files import sql_dir, migrations;"
+        " from pgsched.sql_files import sql_dir, migrations, code_files;"
         " print(json.dumps({'dir': str(sql_dir()),"
-        " 'migrations': [[m.version, m.name, m.checksum] for m in migrations()]}))"
+        " 'migrations': [[m.version, m.name, m.checksum] for m in migrations()],"
+        " 'code': [[f.name, f.checksum] for f in code_files()]}))"
     )
     result = subprocess.run(
         [sys.executable, "-I", "-c", probe],
@@ -81,6 +85,7 @@ def test_installed_wheel_finds_its_own_sql(wheel: Path, tmp_path: Path) -> None:
     found = json.loads(result.stdout)
     assert found["dir"] == str(site / "pgsched" / "sql")
     assert found["migrations"] == [[m.version, m.name, m.checksum] for m in migrations()]
+    assert found["code"] == [[f.name, f.checksum] for f in code_files()]
 
 
 def test_wheel_is_typed_and_carries_the_one_version(wheel: Path) -> None:

@@ -28,6 +28,10 @@ def migrate_cmd(state: CliState) -> None:
     if result.applied:
         applied = ", ".join(f"{v:04d}" for v in result.applied)
         click.echo(f"applied {applied}; schema version {result.current_version}")
+    elif result.code_applied:
+        # Only functions, views or triggers changed (files of sql/code/).
+        code = ", ".join(result.code_applied)
+        click.echo(f"applied sql/code/ {code}; schema version {result.current_version}")
     else:
         click.echo(f"up to date at schema version {result.current_version}")
 

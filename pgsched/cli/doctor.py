@@ -38,7 +38,7 @@ from psycopg.rows import dict_row
 from pgsched.cli.findings import START_A_SWEEPER, describe_leader, read_findings
 from pgsched.cli.options import json_output, print_json
 from pgsched.cli.root import CliState, message_for
-from pgsched.migrations import schema_version
+from pgsched.migrations import schema_version, stale_code_files
 from pgsched.queries import query
 from pgsched.sql_files import migrations
 
@@ -166,6 +166,14 @@ def _schema(conn: psycopg.Connection[Any]) -> Check:
         return Check(
             "schema", "fail", f"at {have}, newer than this pgsched knows ({want}): upgrade pgsched"
         )
+    stale = stale_code_files(conn)
+    if stale:
+        return Check(
+            "schema",
+            "fail",
+            f"at {have}, but sql/code/ {', '.join(stale)} not as this pgsched ships them:"
+            " run `pgsched migrate`",
+        )
     return Check("schema", "pass", f"at {have}")
 
 
@@ -227,8 +235,8 @@ def period_name(period: timedelta) -> str:
 
 
 def _partitions(conn: psycopg.Connection[Any]) -> Check:
-    """task_events' partitions (sql/0024) and finished tasks' (tasks_finished, sql/0027):
-    the worst of the two, with both findings."""
+    """task_events' partitions and finished tasks' (tasks_finished), both made by
+    sql/code/partitions_retention.sql: the worst of the two, with both findings."""
     results = [
         _table_partitions(conn, "doctor_event_partitions", "task_events", "task_events", "event"),
         _table_partitions(

@@ -1,0 +1,123 @@
+-- sql/code/dead_lane.sql — the DEAD lane.
+--
+-- dead_retry, dead_discard and the lane_dead view.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
+-- The DEAD lane's retry (0010): due now, routed like any new task. 0004 and 0010 meant to wake
+-- the lanes from a CTE that the planner dropped (nothing read its rows), so no lane was woken
+-- and a retried task waited for a worker's backup poll: the lanes are woken here.
+CREATE OR REPLACE FUNCTION pgsched.dead_retry(
+    task_id bigint DEFAULT NULL,
+    task_type text DEFAULT NULL,
+    all_tasks boolean DEFAULT FALSE,
+    reason text DEFAULT 'retried from the DEAD lane',
+    as_of timestamptz DEFAULT NULL
+) RETURNS SETOF bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    h record;
+    tier text;
+    retried_ids bigint[];
+    wake pgsched.task_lane[];
+BEGIN
+    IF num_nonnulls(dead_retry.task_id, dead_retry.task_type) + (CASE WHEN all_tasks THEN 1 ELSE 0 END) <> 1 THEN
+        RAISE EXCEPTION 'pgsched: dead_retry needs exactly one of task_id, task_type or all_tasks'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF dead_retry.task_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = dead_retry.task_id AND tk.status = 'FAILED') THEN
+        RAISE EXCEPTION 'pgsched: task % is not in the DEAD lane', dead_retry.task_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    tier := pgsched.tier_of(t, h.immediate_until, h.hot_until);
+    WITH retried AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = pgsched.tier_status(tier), attempts = 0, next_run_at = t,
+               status_reason = dead_retry.reason, updated_at = t
+         WHERE tk.status = 'FAILED'
+           AND (dead_retry.all_tasks
+                OR tk.id = dead_retry.task_id
+                OR tk.task_type = dead_retry.task_type)
+        RETURNING tk.id, tk.lane
+    )
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'), coalesce(array_agg(DISTINCT r.lane), '{}')
+      INTO retried_ids, wake
+      FROM retried AS r;
+    IF tier = 'IMMEDIATE' THEN
+        PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
+    END IF;
+    RETURN QUERY SELECT u.id FROM unnest(retried_ids) AS u(id);
+END;
+$$;
+COMMENT ON FUNCTION pgsched.dead_retry(bigint, text, boolean, text, timestamp with time zone) IS 'Retry DEAD (FAILED) tasks: one id, a task type, or all_tasks; due now and routed as a new task (QUEUED), attempts starting over, recorded with the reason; the lanes are woken. Returns the ids retried.';
+REVOKE ALL ON FUNCTION pgsched.dead_retry(bigint, text, boolean, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.dead_retry(bigint, text, boolean, text, timestamptz) TO pgsched_admin;
+
+CREATE OR REPLACE FUNCTION pgsched.dead_discard(
+    task_id bigint,
+    reason text DEFAULT 'discarded from the DEAD lane',
+    as_of timestamptz DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE pgsched.tasks AS tk
+       SET status = 'CANCELLED', status_reason = dead_discard.reason,
+           updated_at = coalesce(dead_discard.as_of, now())
+     WHERE tk.id = dead_discard.task_id AND tk.status = 'FAILED';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgsched: task % is not in the DEAD lane', dead_discard.task_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN dead_discard.task_id;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.dead_discard(bigint, text, timestamp with time zone) IS 'Discard a DEAD task: CANCELLED, recorded with the reason. Returns its id.';
+REVOKE ALL ON FUNCTION pgsched.dead_discard(bigint, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.dead_discard(bigint, text, timestamptz) TO pgsched_admin;
+
+-- The DEAD lane: terminal failures, whatever lane they ran in, waiting for a person.
+-- The columns tasks had when 0010 made these views with SELECT * (Postgres fixes a view's
+-- columns when it is made): written out, so applying this file again keeps them.
+CREATE OR REPLACE VIEW pgsched.lane_dead AS
+SELECT
+    id,
+    tenant_id,
+    task_type,
+    schedule_type,
+    next_run_at,
+    cron_expression,
+    timezone,
+    payload,
+    metadata,
+    priority,
+    lane,
+    status,
+    attempts,
+    max_attempts,
+    last_run_at,
+    last_error,
+    status_reason,
+    idempotency_key,
+    locked_by,
+    lease_token,
+    lease_expires_at,
+    scope,
+    product,
+    parent_id,
+    created_at,
+    updated_at,
+    schedule_id
+FROM pgsched.tasks
+WHERE status = 'FAILED';
+COMMENT ON VIEW pgsched.lane_dead IS 'The DEAD lane: FAILED tasks, to retry or discard.';
+REVOKE ALL ON pgsched.lane_dead FROM public;
+GRANT SELECT ON pgsched.lane_dead TO pgsched_worker;
+GRANT ALL ON pgsched.lane_dead TO pgsched_admin;

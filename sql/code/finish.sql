@@ -1,0 +1,266 @@
+-- sql/code/finish.sql — finish and outcomes.
+--
+-- task_finish_many (a batch of outcomes, each a compare-and-set on the lease), the
+-- completed-work ledger (work_record_done_many) and ctx.once (work_once).
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
+-- "The top of this file", which comments inside the functions below point to, is what the
+-- migrations that made them said (0031, 0032 of earlier releases, in tests/fixtures/sql_v33/):
+--
+-- 0031 — claims by id, completions, lease renewals and promotion: work in proportion to
+-- the rows they act on, whatever the statistics.
+--
+-- Counted with auto_explain (analyze, every plan node's rows over all its loops) for calls
+-- acting on 300 rows, with tasks_hot analyzed while empty and autovacuum off on it, then a
+-- burst: 20,000 tasks due, or 50,000 scheduled 100 s ahead and a few hundred due; 5,000
+-- other tasks held by other workers (tests/test_hot_path_stale_statistics.py):
+--
+--   task_claim_ids       filtered the lane's claim index over every due row for the ids
+--                        asked for, as task_claim_many's UPDATE did before 0026: 21,800
+--                        rows with 20,000 due (the same with statistics taken after them).
+--   task_finish_many     read the lease index (its predicate, status = 'PROCESSING', was
+--                        the statement's own condition) whole, every worker's leases, to
+--                        find the flush's: 17,401 rows. A flush with a stale report (a
+--                        lease lost) joined the reports to every partition of
+--                        pgsched.tasks by sequential scans and hashing: 40,930 rows with
+--                        20,000 due, 111,530 with 50,000 ahead.
+--   task_heartbeat_many  read the lease index whole the same way: 18,301 rows.
+--   task_promote_due     with tasks_cold also analyzed empty, then 50,000 tasks scheduled a
+--                        month ahead, read the whole cold tier and sorted it to promote the
+--                        300 due within the hot window: 52,701 rows.
+--
+-- Now each statement has one way open to it, as 0026 did for the claim: rows looked up by
+-- `tk.id = ANY (...)` in the primary key, with a status condition that names the hot tier
+-- (partition pruning) in words no partial index's predicate follows from, sequential and
+-- bitmap scans off for that statement, and the rows matched to their ids or reports by
+-- hashing (nested loops off: an array rescanned per row is quadratic). A stale report's
+-- task may be in any tier by then: it is looked up by id in each tier's primary key.
+-- Promotion reads the cold tier's due index in order (sorting off) as far as it promotes,
+-- then moves those rows by id. set_config(..., true) inside a function with its own SET of
+-- each of those settings ends with the call. After, the heaviest statement of each call
+-- handles 2,100, 2,101 (1,981 with stale reports), 1,801 and 1,800 rows. The lease rescue (its range of the lease index ends at
+-- the expired leases: 3,001 rows) and a lane's next due time (one row a priority of the
+-- claim index) were measured the same way and are left as they were.
+--
+-- 0032 — a flush of outcomes is planned once per connection, not at every call.
+--
+-- Like the claim before 0029, task_finish_many planned its statements at every call
+-- (plan_cache_mode = force_custom_plan). With pg_stat_statements (track = all,
+-- track_planning = on), two worker processes, 3,000 no-op tasks/s due, flushes of ~13
+-- outcomes: planning the completion's UPDATE took 52.8 µs a task of its 164.8, and the
+-- call reading the tiers' horizons 13.9 µs of its 15.2; Postgres spent 365 µs a task in all.
+--
+-- Since sql/0031 the UPDATE has one access path open whatever the statistics (the reported
+-- ids probed in the primary key, matched to their reports by hashing), so its generic
+-- plan, made once per connection, is the plan a custom one would be. The horizons, the
+-- outcome check and the wake-up NOTIFY read no table whose statistics matter. The rare
+-- path, reports that lost their lease (looked up in every tier), is still planned when it
+-- happens, for the partitions there are then.
+
+CREATE OR REPLACE FUNCTION pgsched.task_finish_many(
+    task_ids bigint[],
+    lease_tokens uuid[],
+    outcomes text[],
+    errors text[] DEFAULT NULL,
+    retry_delays interval[] DEFAULT NULL,
+    as_of timestamptz DEFAULT NULL
+) RETURNS TABLE (task_id bigint, applied boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET plan_cache_mode = force_custom_plan
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = TRUE
+SET enable_bitmapscan = TRUE
+SET enable_nestloop = TRUE
+SET enable_hashjoin = TRUE
+AS $$
+DECLARE
+    -- The statement's own clock: in a handler's transaction now() is when the work began.
+    t timestamptz := coalesce(as_of, clock_timestamp());
+    h record;
+    bad text;
+    done bigint[];
+    stale bigint[];
+    wake pgsched.task_lane[];
+BEGIN
+    -- The usual flush is planned once per connection (see the top of this file).
+    PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    SELECT u.outcome INTO bad
+      FROM unnest(outcomes) AS u(outcome)
+     WHERE u.outcome IS NULL OR u.outcome NOT IN ('COMPLETED', 'RETRY', 'FAILED', 'RELEASED', 'CANCELLED')
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED, RELEASED or CANCELLED)', bad
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- The reported rows, each found by its primary key whatever the statistics (see the
+    -- top of this file), matched to its report by hashing.
+    PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
+            set_config('enable_nestloop', 'off', TRUE), set_config('enable_hashjoin', 'on', TRUE);
+    WITH finished AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = (CASE
+                   WHEN u.outcome = 'COMPLETED' THEN 'COMPLETED'::pgsched.task_status
+                   WHEN tk.cancel_requested_at IS NOT NULL THEN 'CANCELLED'::pgsched.task_status
+                   WHEN u.outcome = 'FAILED' THEN 'FAILED'::pgsched.task_status
+                   WHEN u.outcome = 'RELEASED'
+                       THEN pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
+                   -- CANCELLED with no request (not a report this worker makes): a failed attempt.
+                   WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
+                   ELSE pgsched.tier_status(
+                       pgsched.tier_of(t + coalesce(u.delay, '0'), h.immediate_until, h.hot_until))
+               END),
+               attempts = CASE
+                   WHEN u.outcome = 'RELEASED' AND tk.cancel_requested_at IS NULL THEN tk.attempts - 1
+                   ELSE tk.attempts
+               END,
+               next_run_at = CASE
+                   WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.cancel_requested_at IS NULL
+                        AND tk.attempts < tk.max_attempts
+                       THEN t + coalesce(u.delay, '0')
+                   ELSE tk.next_run_at
+               END,
+               last_error = CASE
+                   WHEN u.outcome IN ('RETRY', 'FAILED', 'CANCELLED') THEN u.error
+                   ELSE tk.last_error
+               END,
+               status_reason = CASE
+                   WHEN u.outcome = 'COMPLETED' AND tk.cancel_requested_at IS NOT NULL
+                       THEN format('completed: the handler finished before the cancel requested by %s (%s) took effect',
+                                   tk.cancel_requested_by, tk.cancel_reason)
+                            || coalesce('; ' || u.error, '')
+                   WHEN u.outcome = 'COMPLETED' THEN u.error
+                   WHEN tk.cancel_requested_at IS NOT NULL
+                       THEN format('cancelled by %s: %s; %s', tk.cancel_requested_by, tk.cancel_reason,
+                                   coalesce(split_part(u.error, E'\n', 1), lower(u.outcome)))
+                   WHEN u.outcome = 'RELEASED' THEN coalesce(u.error, 'released unfinished at worker shutdown')
+                   WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.attempts >= tk.max_attempts
+                       THEN format('attempts exhausted (%s of %s): %s', tk.attempts, tk.max_attempts, u.error)
+                   ELSE u.error
+               END,
+               lease_token = NULL,
+               lease_expires_at = NULL,
+               updated_at = t
+          FROM unnest(task_ids, lease_tokens, outcomes, errors, retry_delays)
+               AS u(id, token, outcome, error, delay)
+         WHERE tk.id = u.id AND tk.lease_token = u.token
+           AND tk.id = ANY (task_ids)
+           -- The hot tier only (pruning), in words no partial index's predicate follows from.
+           AND tk.status IN ('QUEUED', 'PROCESSING')
+           AND tk.status::text = 'PROCESSING'
+        RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at
+    ),
+    ledger AS (
+        INSERT INTO pgsched.completed_work (tenant_id, task_type, idempotency_key, task_id, completed_at)
+        SELECT f.tenant_id, f.task_type, f.idempotency_key, f.id, t
+          FROM finished AS f
+         WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL
+        ON CONFLICT DO NOTHING
+    )
+    SELECT coalesce(array_agg(f.id), '{}'),
+           coalesce(array_agg(DISTINCT f.lane) FILTER (
+               WHERE f.status = 'QUEUED'
+                 AND pgsched.tier_of(f.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
+      INTO done, wake
+      FROM finished AS f;
+    -- A retry due soon wakes its lane, so it runs when due and not at the next backup poll.
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
+
+    IF cardinality(done) = cardinality(task_ids) THEN
+        -- Every report applied (the usual flush): no stale report to record, and no
+        -- statement to plan for it (planning a join against every partition of
+        -- pgsched.tasks was the largest fixed cost of a flush).
+        RETURN QUERY SELECT u.id, TRUE FROM unnest(task_ids) AS u(id);
+        RETURN;
+    END IF;
+
+    -- Reports that lost their lease change nothing; say so on the task's record. The task
+    -- may be in any tier by now: each id is looked up in each tier's primary key. Rare:
+    -- planned when it happens, for the partitions there are then.
+    PERFORM set_config('plan_cache_mode', 'force_custom_plan', TRUE);
+    SELECT coalesce(array_agg(u.id), '{}') INTO stale
+      FROM unnest(task_ids) AS u(id)
+      LEFT JOIN unnest(done) AS d(id) ON d.id = u.id
+     WHERE d.id IS NULL;
+    INSERT INTO pgsched.task_events (
+        task_id, tenant_id, task_type, from_status, to_status,
+        occurred_at, scheduled_for, attempt, worker, detail
+    )
+    SELECT tk.id, tk.tenant_id, tk.task_type, tk.status, tk.status, t, tk.next_run_at, tk.attempts,
+           tk.locked_by,
+           format('stale %s report ignored: the lease was lost (the task had moved on)', u.outcome)
+      FROM unnest(task_ids, outcomes) AS u(id, outcome)
+      JOIN pgsched.tasks AS tk ON tk.id = u.id
+     WHERE tk.id = ANY (stale);
+
+    RETURN QUERY
+    SELECT u.id, d.id IS NOT NULL
+      FROM unnest(task_ids) AS u(id)
+      LEFT JOIN unnest(done) AS d(id) ON d.id = u.id;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time. Returns (task_id, applied) per report.';
+REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz) TO pgsched_worker, pgsched_admin;
+
+-- ctx.once(key): true the first time a (tenant, task type, key) is claimed, false after.
+CREATE OR REPLACE FUNCTION pgsched.work_once(
+    tenant_id text, task_type text, key text, task_id bigint
+) RETURNS boolean
+LANGUAGE sql
+AS $$
+    WITH ins AS (
+        INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
+        -- '#once' cannot occur in a task type, so once-keys never meet idempotency keys.
+        VALUES (work_once.tenant_id, work_once.task_type || '#once', work_once.key, work_once.task_id)
+        ON CONFLICT DO NOTHING
+        RETURNING w.task_id
+    )
+    SELECT EXISTS (SELECT 1 FROM ins)
+$$;
+ALTER FUNCTION pgsched.work_once(text, text, text, bigint)
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION pgsched.work_once(text, text, text, bigint) IS 'ctx.once(key): true the first time a (tenant, task type, key) is asked for, false ever after.';
+REVOKE ALL ON FUNCTION pgsched.work_once(text, text, text, bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.work_once(text, text, text, bigint) TO pgsched_worker, pgsched_admin;
+
+CREATE OR REPLACE FUNCTION pgsched.work_record_done_many(
+    task_ids bigint[], lease_tokens uuid[]
+) RETURNS TABLE (task_id bigint, recorded boolean)
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH given AS (
+        SELECT g.task_id, g.lease_token, g.ord
+          FROM unnest(work_record_done_many.task_ids, work_record_done_many.lease_tokens)
+               WITH ORDINALITY AS g (task_id, lease_token, ord)
+    ),
+    held AS (
+        SELECT tk.tenant_id, tk.task_type, tk.idempotency_key, tk.id, g.lease_token
+          FROM given AS g
+          JOIN pgsched.tasks AS tk
+            ON tk.id = g.task_id AND tk.status = 'PROCESSING' AND tk.lease_token = g.lease_token
+         WHERE tk.idempotency_key IS NOT NULL
+    ),
+    ins AS (
+        INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
+        SELECT h.tenant_id, h.task_type, h.idempotency_key, h.id FROM held AS h
+        ON CONFLICT DO NOTHING
+        RETURNING w.task_id
+    )
+    SELECT g.task_id,
+           EXISTS (SELECT 1
+                     FROM ins JOIN held AS h ON h.id = ins.task_id
+                    WHERE ins.task_id = g.task_id AND h.lease_token = g.lease_token)
+      FROM given AS g
+     ORDER BY g.ord
+$$;
+COMMENT ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) IS 'Record in the completed-work ledger that these keyed tasks'' work is done, right after execute returned and before the batched completion; only the lease holder may record. Returns (task_id, recorded) per task.';
+REVOKE ALL ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) TO pgsched_worker, pgsched_admin;

@@ -1,0 +1,384 @@
+-- sql/code/scheduling.sql — scheduling.
+--
+-- input checks (task_identity_problem, task_content_problem, task_input_problem,
+-- run_at_problem) and the producer's entry points schedule_task, schedule_task_ex,
+-- schedule_tasks.
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
+CREATE OR REPLACE FUNCTION pgsched.task_identity_problem(
+    task_type text,
+    tenant_id text,
+    priority integer,
+    max_attempts bigint,
+    lane text,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
+) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN task_type IS NULL THEN 'task_type is required'
+        -- A bounded repeat ({0,99}) costs the regex engine ~20x a plain star: length apart.
+        WHEN task_type !~ '^[A-Za-z_][A-Za-z0-9_.]*$' OR length(task_type) > 100 THEN format(
+            'task_type %L is not a plain identifier '
+            '(letters, digits, _ and ., starting with a letter or _, at most 100 characters)',
+            task_type)
+        WHEN scope IS NULL OR scope NOT IN ('tenant', 'product', 'global') THEN format(
+            'unknown scope %L (tenant, product or global)', scope)
+        WHEN scope = 'product'
+             AND (product IS NULL OR product !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' OR length(product) > 100)
+            THEN format('scope product needs a plain product name, got %L', product)
+        WHEN scope <> 'product' AND product IS NOT NULL THEN
+            'product is only given with scope product'
+        -- Tenant ids start with a letter or digit; names starting with _ are the engine's.
+        WHEN scope = 'tenant'
+             AND (tenant_id IS NULL OR tenant_id !~ '^[A-Za-z0-9][A-Za-z0-9_.-]*$' OR length(tenant_id) > 100)
+            THEN format(
+                'tenant_id %L is not a plain identifier '
+                '(letters, digits, _, . and -, starting with a letter or digit, at most 100 characters)',
+                tenant_id)
+        WHEN priority IS NULL OR priority NOT BETWEEN 0 AND 10 THEN format(
+            'priority %s is out of range (0 to 10)', coalesce(priority::text, 'NULL'))
+        WHEN max_attempts IS NULL OR max_attempts < 1 THEN format(
+            'max_attempts %s must be at least 1', coalesce(max_attempts::text, 'NULL'))
+        WHEN max_attempts > 1000 THEN format('max_attempts %s is over the limit of 1000', max_attempts)
+        WHEN lane IS NOT NULL AND upper(lane) = 'DEAD' THEN
+            'lane DEAD cannot be scheduled into: tasks reach it only by failing'
+        WHEN lane IS NOT NULL AND upper(lane) NOT IN ('HIGH', 'NORMAL', 'LOW', 'BATCH') THEN format(
+            'unknown lane %L (one of HIGH, NORMAL, LOW, BATCH)', lane)
+        WHEN upper(lane) = 'HIGH' AND priority < 8 THEN format(
+            'lane HIGH needs priority 8 or more, got %s', priority)
+        WHEN upper(lane) = 'NORMAL' AND priority NOT BETWEEN 4 AND 7 THEN format(
+            'lane NORMAL needs priority 4 to 7, got %s', priority)
+        WHEN upper(lane) = 'LOW' AND priority > 3 THEN format(
+            'lane LOW needs priority 3 or less, got %s', priority)
+    END
+$$;
+COMMENT ON FUNCTION pgsched.task_identity_problem(text, text, integer, bigint, text, text, text) IS 'Why a task''s identity is refused, or NULL: task type and tenant as plain identifiers (tenants starting with _ are the engine''s), priority 0 to 10, max_attempts 1 to 1000, lane, scope and product.';
+REVOKE ALL ON FUNCTION pgsched.task_identity_problem(text, text, integer, bigint, text, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_identity_problem(text, text, integer, bigint, text, text, text) TO pgsched_worker, pgsched_admin;
+
+CREATE OR REPLACE FUNCTION pgsched.task_content_problem(
+    payload jsonb,
+    metadata jsonb,
+    idempotency_key text,
+    max_payload_bytes bigint
+) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN payload IS NULL THEN 'payload must be JSON, got NULL'
+        WHEN metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN format(
+            'metadata must be a JSON object, got %s', coalesce(jsonb_typeof(metadata), 'NULL'))
+        -- The cap is on the JSON text. Its stored size can be at most ~6x smaller (escapes),
+        -- so only values that could be near the cap pay for rendering the text.
+        WHEN pg_column_size(payload) * 6 >= max_payload_bytes
+             AND octet_length(payload::text) > max_payload_bytes THEN format(
+            'payload is %s bytes, over the cap of %s bytes (pgsched.settings.max_payload_bytes)',
+            octet_length(payload::text), max_payload_bytes)
+        WHEN pg_column_size(metadata) * 6 >= max_payload_bytes
+             AND octet_length(metadata::text) > max_payload_bytes THEN format(
+            'metadata is %s bytes, over the cap of %s bytes (pgsched.settings.max_payload_bytes)',
+            octet_length(metadata::text), max_payload_bytes)
+        WHEN idempotency_key IS NOT NULL AND (idempotency_key = '' OR length(idempotency_key) > 200)
+            THEN 'idempotency_key must be 1 to 200 characters'
+        WHEN idempotency_key LIKE 'pgsched:%' THEN
+            'idempotency keys starting with pgsched: are reserved for the engine'
+    END
+$$;
+COMMENT ON FUNCTION pgsched.task_content_problem(jsonb, jsonb, text, bigint) IS 'Why a task''s content is refused, or NULL: the payload as JSON text at most max_payload_bytes, metadata a JSON object under the same cap, an idempotency key of 1 to 200 characters.';
+REVOKE ALL ON FUNCTION pgsched.task_content_problem(jsonb, jsonb, text, bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_content_problem(jsonb, jsonb, text, bigint) TO pgsched_worker, pgsched_admin;
+
+-- Both halves, for one task (the recurring path uses it).
+CREATE OR REPLACE FUNCTION pgsched.task_input_problem(
+    task_type text,
+    payload jsonb,
+    tenant_id text,
+    priority integer,
+    max_attempts bigint,
+    lane text,
+    metadata jsonb,
+    idempotency_key text,
+    max_payload_bytes bigint,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
+) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT coalesce(
+        pgsched.task_identity_problem(task_type, tenant_id, priority, max_attempts, lane, scope, product),
+        pgsched.task_content_problem(payload, metadata, idempotency_key, max_payload_bytes)
+    )
+$$;
+COMMENT ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) IS 'Why one task''s input is refused, or NULL: task_identity_problem and task_content_problem together.';
+REVOKE ALL ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) TO pgsched_worker, pgsched_admin;
+
+CREATE OR REPLACE FUNCTION pgsched.schedule_tasks(
+    task_types text[],
+    payloads jsonb[] DEFAULT NULL,
+    run_ats timestamptz[] DEFAULT NULL,
+    tenant_ids text[] DEFAULT NULL,
+    priorities integer[] DEFAULT NULL,
+    idempotency_keys text[] DEFAULT NULL,
+    max_attempts bigint[] DEFAULT NULL,
+    lanes text[] DEFAULT NULL,
+    metadatas jsonb[] DEFAULT NULL,
+    as_of timestamptz DEFAULT NULL,
+    scopes text[] DEFAULT NULL,
+    products text[] DEFAULT NULL
+) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    cfg pgsched.settings;
+    n integer := coalesce(cardinality(task_types), 0);
+    t timestamptz := coalesce(as_of, now());
+    bad record;
+    bad_text text;
+BEGIN
+    SELECT a.argument, a.dimensions INTO bad
+      FROM (VALUES
+          (1, 'task_types', array_ndims(task_types)), (2, 'payloads', array_ndims(payloads)),
+          (3, 'run_ats', array_ndims(run_ats)), (4, 'tenant_ids', array_ndims(tenant_ids)),
+          (5, 'priorities', array_ndims(priorities)),
+          (6, 'idempotency_keys', array_ndims(idempotency_keys)),
+          (7, 'max_attempts', array_ndims(max_attempts)), (8, 'lanes', array_ndims(lanes)),
+          (9, 'metadatas', array_ndims(metadatas)), (10, 'scopes', array_ndims(scopes)),
+          (11, 'products', array_ndims(products))
+      ) AS a(position, argument, dimensions)
+     WHERE a.dimensions > 1
+     ORDER BY a.position
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: % must be a one-dimensional array (one element per task), got % dimensions',
+            bad.argument, bad.dimensions
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(payloads), n) <> n OR coalesce(cardinality(run_ats), n) <> n
+       OR coalesce(cardinality(tenant_ids), n) <> n OR coalesce(cardinality(priorities), n) <> n
+       OR coalesce(cardinality(idempotency_keys), n) <> n OR coalesce(cardinality(max_attempts), n) <> n
+       OR coalesce(cardinality(lanes), n) <> n OR coalesce(cardinality(metadatas), n) <> n
+       OR coalesce(cardinality(scopes), n) <> n OR coalesce(cardinality(products), n) <> n THEN
+        RAISE EXCEPTION 'pgsched: every array passed to schedule_tasks must have % elements, like task_types', n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgsched.run_at_problem(t) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: as_of % is out of range (1970-01-01 00:00 UTC to 9999-01-01 00:00 UTC)', t
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO cfg FROM pgsched.settings;
+
+    -- A product or global task belongs to no single tenant: it runs as the reserved '_all'.
+    IF scopes IS NOT NULL THEN
+        tenant_ids := ARRAY(
+            SELECT CASE WHEN coalesce(u.scope, 'tenant') = 'tenant' THEN u.tenant_id ELSE '_all' END
+              FROM unnest(coalesce(tenant_ids, array_fill(NULL::text, ARRAY[n])), scopes)
+                   WITH ORDINALITY AS u(tenant_id, scope, ord)
+             ORDER BY u.ord);
+    END IF;
+
+    -- Once for the batch; only a refused batch pays for finding its first refused row.
+    IF pgsched.producer_tenant_problem(coalesce(tenant_ids, ARRAY['default'])) IS NOT NULL THEN
+        SELECT u.ord, pgsched.producer_tenant_problem(ARRAY[u.tenant_id]) AS problem INTO bad
+          FROM unnest(coalesce(tenant_ids, array_fill('default'::text, ARRAY[n])))
+               WITH ORDINALITY AS u(tenant_id, ord)
+         WHERE pgsched.producer_tenant_problem(ARRAY[u.tenant_id]) IS NOT NULL
+         ORDER BY u.ord
+         LIMIT 1;
+        IF n = 1 THEN
+            RAISE EXCEPTION 'pgsched: %', bad.problem USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        RAISE EXCEPTION 'pgsched: row % of the batch: %', bad.ord, bad.problem
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    -- Identity checks once per distinct combination (MATERIALIZED keeps the planner from
+    -- pushing the check below the grouping, back to once per row); content and due time
+    -- once per row.
+    WITH combos AS MATERIALIZED (
+        SELECT min(x.ord) AS ord, x.task_type, x.tenant_id, x.priority, x.max_attempts, x.lane,
+               x.scope, x.product
+          FROM (
+            SELECT i.ord, i.task_type, coalesce(i.tenant_id, 'default') AS tenant_id,
+                   coalesce(i.priority, 5) AS priority, coalesce(i.max_attempts, 3) AS max_attempts,
+                   i.lane, coalesce(i.scope, 'tenant') AS scope, i.product
+              FROM unnest(task_types, tenant_ids, priorities, max_attempts, lanes, scopes, products)
+                   WITH ORDINALITY AS i(task_type, tenant_id, priority, max_attempts, lane, scope, product, ord)
+          ) AS x
+         GROUP BY x.task_type, x.tenant_id, x.priority, x.max_attempts, x.lane, x.scope, x.product
+    ),
+    problems AS (
+        SELECT c.ord, pgsched.task_identity_problem(
+                   c.task_type, c.tenant_id, c.priority, c.max_attempts, c.lane, c.scope, c.product) AS problem
+          FROM combos AS c
+        UNION ALL
+        SELECT r.ord, pgsched.task_content_problem(
+                   coalesce(r.payload, '{}'), coalesce(r.metadata, '{}'), r.idempotency_key, cfg.max_payload_bytes)
+          FROM unnest(payloads, metadatas, idempotency_keys) WITH ORDINALITY AS r(payload, metadata, idempotency_key, ord)
+        UNION ALL
+        SELECT d.ord, pgsched.run_at_problem(d.run_at)
+          FROM unnest(run_ats) WITH ORDINALITY AS d(run_at, ord)
+    )
+    SELECT p.ord, p.problem INTO bad
+      FROM problems AS p
+     WHERE p.problem IS NOT NULL
+     ORDER BY p.ord
+     LIMIT 1;
+    IF FOUND THEN
+        IF n = 1 THEN
+            RAISE EXCEPTION 'pgsched: %', bad.problem USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RAISE EXCEPTION 'pgsched: row % of the batch: %', bad.ord, bad.problem
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    RETURN QUERY
+    SELECT * FROM pgsched.task_insert_many(
+        task_types, payloads, run_ats, tenant_ids, priorities, idempotency_keys,
+        max_attempts, lanes, metadatas, scopes, products, t);
+END;
+$$;
+COMMENT ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[]) IS 'Schedule many tasks in one statement: parallel arrays, one element per task (every array one-dimensional), with the checks, routing and idempotency of schedule_task. Returns (ordinal, task_id, created) per input row, ordinal 1-based. One bad row refuses the whole batch, naming it: row N of the batch.';
+REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+-- Schedule one task; returns its id and whether this call created it (false: the tenant
+-- already used this idempotency key, and that task's id comes back, unchanged). Same
+-- arguments as schedule_task.
+CREATE OR REPLACE FUNCTION pgsched.schedule_task_ex(
+    task_type text,
+    payload jsonb DEFAULT '{}',
+    run_at timestamptz DEFAULT NULL,
+    tenant_id text DEFAULT 'default',
+    priority integer DEFAULT 5,
+    idempotency_key text DEFAULT NULL,
+    max_attempts bigint DEFAULT 3,
+    lane text DEFAULT NULL,
+    metadata jsonb DEFAULT '{}',
+    as_of timestamptz DEFAULT NULL,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
+) RETURNS TABLE (task_id bigint, created boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cfg pgsched.settings;
+    h record;
+    t timestamptz := coalesce(as_of, now());
+    due timestamptz := coalesce(run_at, t);
+    owner text := CASE WHEN coalesce(scope, 'tenant') = 'tenant' THEN coalesce(tenant_id, 'default') ELSE '_all' END;
+    problem text;
+    new_id bigint;
+    tier text;
+    task_lane pgsched.task_lane;
+BEGIN
+    -- The single path: the same checks, routing and key rules as schedule_tasks, in three
+    -- statements instead of a batch's machinery (one call per task must stay cheap).
+    SELECT * INTO cfg FROM pgsched.settings;
+    problem := pgsched.producer_tenant_problem(ARRAY[owner]);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    problem := pgsched.task_input_problem(
+        schedule_task_ex.task_type, coalesce(schedule_task_ex.payload, '{}'), owner,
+        coalesce(schedule_task_ex.priority, 5), coalesce(schedule_task_ex.max_attempts, 3),
+        schedule_task_ex.lane, coalesce(schedule_task_ex.metadata, '{}'), schedule_task_ex.idempotency_key,
+        cfg.max_payload_bytes, coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    new_id := nextval('pgsched.task_id_seq');
+    IF schedule_task_ex.idempotency_key IS NOT NULL THEN
+        INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
+        VALUES (owner, schedule_task_ex.idempotency_key, new_id, t)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN QUERY
+            SELECT k.task_id, FALSE FROM pgsched.idempotency_keys AS k
+             WHERE k.tenant_id = owner AND k.idempotency_key = schedule_task_ex.idempotency_key;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    tier := pgsched.tier_of(due, h.immediate_until, h.hot_until);
+    task_lane := pgsched.lane_for(coalesce(schedule_task_ex.priority, 5), schedule_task_ex.lane);
+    INSERT INTO pgsched.tasks (
+        id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane, status,
+        max_attempts, idempotency_key, scope, product, created_at, updated_at
+    ) VALUES (
+        new_id, owner, schedule_task_ex.task_type, due, coalesce(schedule_task_ex.payload, '{}'),
+        coalesce(schedule_task_ex.metadata, '{}'), coalesce(schedule_task_ex.priority, 5), task_lane,
+        pgsched.tier_status(tier),
+        coalesce(schedule_task_ex.max_attempts, 3), schedule_task_ex.idempotency_key,
+        coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product, t, t
+    );
+    IF tier = 'IMMEDIATE' THEN
+        PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
+    END IF;
+    RETURN QUERY SELECT new_id, TRUE;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key (that task''s id comes back, unchanged).';
+REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+-- Schedule one task; returns its id (the existing task's id when the tenant already used
+-- this idempotency key: schedule_task_ex says which).
+CREATE OR REPLACE FUNCTION pgsched.schedule_task(
+    task_type text,
+    payload jsonb DEFAULT '{}',
+    run_at timestamptz DEFAULT NULL,
+    tenant_id text DEFAULT 'default',
+    priority integer DEFAULT 5,
+    idempotency_key text DEFAULT NULL,
+    max_attempts bigint DEFAULT 3,
+    lane text DEFAULT NULL,
+    metadata jsonb DEFAULT '{}',
+    as_of timestamptz DEFAULT NULL,
+    scope text DEFAULT 'tenant',
+    product text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.task_id
+      FROM pgsched.schedule_task_ex(
+          schedule_task.task_type, schedule_task.payload, schedule_task.run_at, schedule_task.tenant_id,
+          schedule_task.priority, schedule_task.idempotency_key, schedule_task.max_attempts,
+          schedule_task.lane, schedule_task.metadata, schedule_task.as_of, schedule_task.scope,
+          schedule_task.product) AS e
+$$;
+COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs.';
+REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+-- Why a due time is refused, or NULL. The margins keep every reading of the value, in any
+-- session time zone, inside what clients can represent (Python: years 1 to 9999).
+CREATE OR REPLACE FUNCTION pgsched.run_at_problem(run_at timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN run_at < '1970-01-01 00:00:00+00' OR run_at >= '9999-01-01 00:00:00+00'
+            OR NOT isfinite(run_at) THEN format(
+            'run_at %s is out of range (1970-01-01 00:00 UTC to 9999-01-01 00:00 UTC)',
+            run_at::text)
+    END
+$$;
+COMMENT ON FUNCTION pgsched.run_at_problem(timestamp with time zone) IS 'Why a due time is refused, or NULL: it must lie in [1970-01-01, 9999-01-01) UTC, so that every reading of it, in any zone, fits a client''s datetime.';
+REVOKE ALL ON FUNCTION pgsched.run_at_problem(timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.run_at_problem(timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
