@@ -212,3 +212,28 @@ def test_the_cli_refuses_such_a_handler_with_a_message_and_exit_code_2(
     assert done.returncode == 2, done
     assert "importable by name" in done.stderr and "isolation='thread'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_fork_server_imports_the_command_line_its_children_would_import_again(
+    workers: Workers,
+) -> None:
+    # Each handler process runs the worker's main script again as it starts; the `pgsched`
+    # script imports pgsched.cli. Imported once in the fork server, a process starts in a
+    # few milliseconds of CPU; imported in every process, in about 40.
+    w = workers.start("W1", app=APP, lanes="normal")
+    w.wait_running()
+    servers = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if parent == w.proc.pid and "multiprocessing.forkserver" in argv:
+            servers.append(argv)
+    assert len(servers) == 1, servers
+    assert "'pgsched.cli'" in servers[0] and "'tests.apps.isolation'" in servers[0], servers
