@@ -274,8 +274,6 @@ class HandlerProcessPool:
         self.lane = lane
         self._idle: list[HandlerProcess] = []
         self._reaping: set[asyncio.Future[Any]] = set()
-        self.started = 0
-        self.killed = 0
 
     async def acquire(self) -> HandlerProcess:
         while self._idle:
@@ -283,9 +281,7 @@ class HandlerProcessPool:
             if child.process.exitcode is None:
                 return child
         # Starting one asks the fork server over a socket: a few milliseconds, off the loop.
-        child = await asyncio.to_thread(HandlerProcess, self.lane)
-        self.started += 1
-        return child
+        return await asyncio.to_thread(HandlerProcess, self.lane)
 
     def release(self, child: HandlerProcess) -> None:
         self._idle.append(child)
@@ -293,7 +289,6 @@ class HandlerProcessPool:
     def discard(self, child: HandlerProcess) -> None:
         """Kill it (if it still runs) and reap it in the background."""
         child.kill()
-        self.killed += 1
         reaping = asyncio.ensure_future(asyncio.to_thread(child.process.join, 5.0))
         self._reaping.add(reaping)
         reaping.add_done_callback(self._reaping.discard)

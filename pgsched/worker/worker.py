@@ -99,13 +99,6 @@ class Worker:
         loop, stop = self._loop, self._stop_requested
         if loop is None or stop is None:
             return
-        if threading.current_thread() is threading.main_thread() and loop.is_running():
-            try:
-                if asyncio.get_running_loop() is loop:
-                    stop.set()
-                    return
-            except RuntimeError:
-                pass
         with contextlib.suppress(RuntimeError):  # the loop already closed
             loop.call_soon_threadsafe(stop.set)
 
