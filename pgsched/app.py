@@ -15,31 +15,28 @@ pass, since pgsched does not see that commit.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from pydantic import ValidationError
 
+from pgsched import producer
 from pgsched.dsn import resolve_dsn
-from pgsched.errors import InvalidLimitError, InvalidTaskError, translate
+from pgsched.errors import InvalidLimitError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
 from pgsched.hot_tier.config import HotTierConfig
 from pgsched.lanes import WORK_LANES
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
+from pgsched.producer import CancelWhereOptions, RecurringOptions, ScheduleOptions
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
 
 if TYPE_CHECKING:
     from pgsched.hot_tier.feed import ScheduleFeed
-
-SCHEDULE_CHUNK = 20_000
 
 
 def _value(conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any], column: str) -> Any:
@@ -49,40 +46,6 @@ def _value(conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any], 
     if row is None:
         raise RuntimeError(f"statement {name!r} returned no row")
     return row[column]
-
-
-def _spec(value: TaskSpec | Mapping[str, Any], index: int | None = None) -> TaskSpec:
-    if isinstance(value, TaskSpec):
-        return value
-    try:
-        return TaskSpec.model_validate(value)
-    except ValidationError as exc:
-        where = "" if index is None else f"tasks[{index}]: "
-        raise InvalidTaskError(where + _first_problem(exc)) from None
-
-
-def _first_problem(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "task"
-    return f"{where}: {error['msg']}"
-
-
-_CHUNK_ROW = re.compile(r"pgsched: row (\d+) of the batch: (.*)", re.DOTALL)
-
-
-def _callers_row(error: Exception, start: int, chunk: int) -> Exception:
-    """A refusal of one of a chunk's rows, renamed to the caller's index (as `_spec` names
-    it): the database numbers the rows of the chunk it was sent, from 1, and names no row in
-    a chunk of one."""
-    if not isinstance(error, InvalidTaskError):
-        return error
-    text = str(error)
-    found = _CHUNK_ROW.fullmatch(text)
-    if found:
-        return InvalidTaskError(f"tasks[{start + int(found[1]) - 1}]: {found[2]}")
-    if chunk == 1:
-        return InvalidTaskError(f"tasks[{start}]: {text.removeprefix('pgsched: ')}")
-    return error
 
 
 class App:
@@ -203,57 +166,24 @@ class App:
         task_type: str,
         payload: Any = None,
         *,
-        run_at: datetime | None = None,
-        tenant_id: str = "default",
-        priority: int = 5,
-        idempotency_key: str | None = None,
-        max_attempts: int = 3,
-        lane: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        scope: str = "tenant",
-        product: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        **options: Unpack[ScheduleOptions],
     ) -> ScheduledTask:
         """Schedule one task; returns its id, with `.created` False when the tenant's
         idempotency key already named a task (that task's id; nothing changed).
 
-        scope="product" (with product=...) or scope="global" runs it once for every active
-        tenant of that product, or of all products, each tenant with its own outcome."""
-        spec = _spec(
-            {
-                "task_type": task_type,
-                "payload": {} if payload is None else payload,
-                "run_at": run_at,
-                "tenant_id": tenant_id,
-                "priority": priority,
-                "idempotency_key": idempotency_key,
-                "max_attempts": max_attempts,
-                "lane": lane,
-                "metadata": {} if metadata is None else metadata,
-            }
-        )
-        params = {
-            "task_type": spec.task_type,
-            "payload": Jsonb(spec.payload),
-            "run_at": spec.run_at,
-            "tenant_id": spec.tenant_id,
-            "priority": spec.priority,
-            "idempotency_key": spec.idempotency_key,
-            "max_attempts": spec.max_attempts,
-            "lane": spec.lane,
-            "metadata": Jsonb(spec.metadata),
-            "scope": scope,
-            "product": product,
-        }
+        Options (pgsched.producer.ScheduleOptions): run_at, tenant_id, priority,
+        idempotency_key, max_attempts, lane, metadata, scope, product. scope="product"
+        (with product=...) or scope="global" runs it once for every active tenant of that
+        product, or of all products, each tenant with its own outcome."""
+        call = producer.schedule_call(task_type, payload, **options)
         with self._connection(conn) as c:
             try:
                 with c.cursor(row_factory=dict_row) as cur:
-                    row = cur.execute(query("task_schedule_one"), params).fetchone()
+                    row = cur.execute(query(call.name), call.params).fetchone()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-            if row is None:
-                raise RuntimeError("statement 'task_schedule_one' returned no row")
-            scheduled = ScheduledTask(row["task_id"], row["created"])
+            scheduled = producer.scheduled_task(row)
             self._after_commit(c, conn is None, [scheduled])
         return scheduled
 
@@ -262,14 +192,14 @@ class App:
         tasks: Iterable[TaskSpec | Mapping[str, Any]],
         *,
         conn: psycopg.Connection[Any] | None = None,
-        chunk_size: int = SCHEDULE_CHUNK,
+        chunk_size: int = producer.SCHEDULE_CHUNK,
     ) -> list[ScheduledTask]:
         """Schedule many tasks through the bulk SQL path, in chunks, in one transaction.
 
         Returns the task ids in input order, each with `.created` (False: an idempotent
         duplicate). One invalid task refuses the whole call.
         """
-        specs = [_spec(task, index) for index, task in enumerate(tasks)]
+        specs = producer.task_specs(tasks)
         ids: list[ScheduledTask] = []
         start = 0
         with self._connection(conn) as c:
@@ -279,7 +209,7 @@ class App:
                         ids.extend(self._schedule_chunk(c, specs[start : start + chunk_size]))
             except psycopg.Error as exc:
                 chunk = len(specs[start : start + chunk_size])
-                raise _callers_row(translate(exc), start, chunk) from exc
+                raise producer.callers_row(translate(exc), start, chunk) from exc
             self._after_commit(c, conn is None, ids)
         return ids
 
@@ -287,22 +217,8 @@ class App:
     def _schedule_chunk(
         conn: psycopg.Connection[Any], specs: list[TaskSpec]
     ) -> list[ScheduledTask]:
-        def column(values: list[Any]) -> list[Any] | None:
-            # An all-default column travels as NULL: less to send, same result.
-            return None if all(v is None for v in values) else values
-
-        params = {
-            "task_types": [s.task_type for s in specs],
-            "payloads": [Jsonb(s.payload) for s in specs],
-            "run_ats": column([s.run_at for s in specs]),
-            "tenant_ids": [s.tenant_id for s in specs],
-            "priorities": [s.priority for s in specs],
-            "idempotency_keys": column([s.idempotency_key for s in specs]),
-            "max_attempts": [s.max_attempts for s in specs],
-            "lanes": column([s.lane for s in specs]),
-            "metadatas": [Jsonb(s.metadata) for s in specs],
-        }
-        cur = conn.execute(query("task_schedule_many"), params, binary=True)
+        call = producer.schedule_chunk_call(specs)
+        cur = conn.execute(query(call.name), call.params, binary=call.binary)
         # By name, but without an object per row: a chunk is 20,000 rows on the bulk path.
         task_id = column_index(cur, "task_id")
         created = column_index(cur, "created")
@@ -313,65 +229,22 @@ class App:
         task_type: str,
         cron_expression: str,
         *,
-        timezone: str = "UTC",
-        payload: Any = None,
-        tenant_id: str = "default",
-        priority: int = 5,
-        idempotency_key: str | None = None,
-        misfire_policy: str = "run_once",
-        catch_up_limit: int = 10,
-        max_attempts: int = 3,
-        lane: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        scope: str = "tenant",
-        product: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        **options: Unpack[RecurringOptions],
     ) -> int:
         """Create a recurring schedule; its first occurrence is armed at once. Returns the
-        schedule id (the existing one for a repeated key)."""
-        from pgsched.cron import CronError, parse
+        schedule id (the existing one for a repeated key).
+
+        Options (pgsched.producer.RecurringOptions): timezone, payload, tenant_id,
+        priority, idempotency_key, misfire_policy, catch_up_limit, max_attempts, lane,
+        metadata, scope, product."""
         from pgsched.recurring import database_now
 
-        spec = _spec(
-            {
-                "task_type": task_type,
-                "payload": {} if payload is None else payload,
-                "tenant_id": tenant_id,
-                "priority": priority,
-                "idempotency_key": idempotency_key,
-                "max_attempts": max_attempts,
-                "lane": lane,
-                "metadata": {} if metadata is None else metadata,
-            }
-        )
-        try:
-            clock = parse(cron_expression, timezone)
-        except CronError as exc:
-            raise InvalidTaskError(str(exc)) from None
-        params = {
-            "task_type": spec.task_type,
-            "cron_expression": cron_expression,
-            "timezone": timezone,
-            "payload": Jsonb(spec.payload),
-            "tenant_id": spec.tenant_id,
-            "priority": spec.priority,
-            "idempotency_key": spec.idempotency_key,
-            "misfire_policy": misfire_policy,
-            "max_attempts": spec.max_attempts,
-            "lane": spec.lane,
-            "metadata": Jsonb(spec.metadata),
-            "catch_up_limit": catch_up_limit,
-            "first_fire_at": None,
-            "scope": scope,
-            "product": product,
-        }
+        recurring = producer.recurring_call(task_type, cron_expression, **options)
         with self._connection(conn) as c:
             try:
-                # By the database's clock, like every later fire time: by this host's, a
-                # clock running behind would arm it in the database's past (it runs at once)
-                # and one running ahead would skip the fire times in between.
-                params["first_fire_at"] = clock.next_fire(database_now(c))
-                return int(_value(c, "schedule_recurring", params, "schedule_id"))
+                call = recurring.at(database_now(c))
+                return int(_value(c, call.name, call.params, "schedule_id"))
             except psycopg.Error as exc:
                 raise translate(exc) from exc
 
@@ -405,47 +278,30 @@ class App:
         """Cancel a task: one not started is CANCELLED at once; a running one is stopped
         by its worker (see CancelResult). A finished one raises TaskStateError, an unknown
         id TaskNotFoundError. `actor` is recorded with the database role."""
-        params = {"task_id": task_id, "reason": reason, "actor": actor}
+        call = producer.cancel_call(task_id, reason, actor)
         with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
             try:
-                row = cur.execute(query("task_cancel"), params).fetchone()
+                row = cur.execute(query(call.name), call.params).fetchone()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-        assert row is not None
-        return CancelResult(task_id, row["outcome"], row["detail"])
+        return producer.cancel_result(task_id, row)
 
     def cancel_where(
         self,
         *,
-        task_type: str | None = None,
-        tenant_id: str | None = None,
-        idempotency_key: str | None = None,
-        due_from: datetime | None = None,
-        due_until: datetime | None = None,
-        reason: str = "cancelled",
-        actor: str | None = None,
-        dry_run: bool = False,
         conn: psycopg.Connection[Any] | None = None,
+        **filters: Unpack[CancelWhereOptions],
     ) -> CancelCounts:
-        """Cancel every unfinished task matching the filters (at least one; the due time
-        in [due_from, due_until)). `dry_run` only counts them."""
-        params = {
-            "task_type": task_type,
-            "tenant_id": tenant_id,
-            "idempotency_key": idempotency_key,
-            "due_from": due_from,
-            "due_until": due_until,
-            "reason": reason,
-            "actor": actor,
-            "dry_run": dry_run,
-        }
+        """Cancel every unfinished task matching the filters (at least one of task_type,
+        tenant_id, idempotency_key, due_from, due_until; the due time in [due_from,
+        due_until)); `reason`, `actor`. `dry_run` only counts them."""
+        call = producer.cancel_where_call(**filters)
         with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
             try:
-                row = cur.execute(query("task_cancel_where"), params).fetchone()
+                row = cur.execute(query(call.name), call.params).fetchone()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-        assert row is not None
-        return CancelCounts(int(row["cancelled"]), int(row["cancel_requested"]))
+        return producer.cancel_counts(row)
 
     def lane_summary(self) -> list[dict[str, Any]]:
         """Per lane: cold, queued, due now, processing, dead, oldest lateness (seconds)."""
@@ -461,18 +317,19 @@ class App:
         self, task_id: int | None = None, *, task_type: str | None = None, all_tasks: bool = False
     ) -> list[int]:
         """Bring DEAD tasks back (their attempts start over); returns their ids."""
-        params = {"task_id": task_id, "task_type": task_type, "all_tasks": all_tasks}
+        call = producer.dead_retry_call(task_id, task_type=task_type, all_tasks=all_tasks)
         with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             try:
-                return [int(r["task_id"]) for r in cur.execute(query("dead_retry"), params)]
+                return [int(r["task_id"]) for r in cur.execute(query(call.name), call.params)]
             except psycopg.Error as exc:
                 raise translate(exc) from exc
 
     def dead_discard(self, task_id: int, reason: str = "discarded from the DEAD lane") -> int:
         """Give up on a DEAD task for good (CANCELLED, with the reason recorded)."""
+        call = producer.dead_discard_call(task_id, reason)
         with self._connect() as c:
             try:
-                c.execute(query("dead_discard"), {"task_id": task_id, "reason": reason})
+                c.execute(query(call.name), call.params)
             except psycopg.Error as exc:
                 raise translate(exc) from exc
         return task_id
