@@ -1,0 +1,1 @@
+"""A small shop: placing an order schedules its receipt."""
