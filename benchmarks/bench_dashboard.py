@@ -11,7 +11,7 @@ the whole tier looking for a match. Second pages (the DEAD lane's offset, the se
 keyset cursor) and a task's paged timeline are timed as well.
 
 Exits 1 when a page's p50 is over --max-p50-ms (default 50): the dashboard's target at
-2,000,000 tasks. The test suite runs it at a small size (tests/test_dashboard_bench.py).
+2,000,000 tasks. The test suite runs it at a small size (tests/integration/test_dashboard_bench.py).
 
     python -m benchmarks.bench_dashboard --tasks 2000000 --requests 50
 """

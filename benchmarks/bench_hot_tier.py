@@ -34,7 +34,7 @@ claims across tenants are turned off (`lane_set_fairness`) in every mode alike.
 Ratios redis / postgres per route are printed per case and written with the figures to
 benchmarks/results/hot_tier.json. Without --dsn a throwaway, durable Postgres cluster is
 started (benchmarks/pgserver.py, max_connections raised for the idle workers' sessions);
-redis-server and pgbouncer always are (benchmarks/redisserver.py, pgbouncerserver.py).
+redis-server and pgbouncer always are (tests/support/redis_server.py, pgbouncer_server.py).
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from benchmarks import measure
-from benchmarks.pgbouncerserver import PgBouncer, running_pgbouncer
 from benchmarks.pgserver import DEFAULT_SETTINGS, PgServer, Setting
-from benchmarks.redisserver import RedisServer
 from pgsched.hot_tier.keys import LaneKeys, score
+from tests.support.pgbouncer_server import PgBouncer, running_pgbouncer
+from tests.support.redis_server import RedisServer
 
 MODES = ("postgres", "redis")
 ROUTES = ("direct", "pgbouncer")

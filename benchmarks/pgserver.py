@@ -25,6 +25,8 @@ from types import TracebackType
 
 import psycopg
 
+from pgsched.embedded import find_bindir
+
 DBNAME = "bench"
 
 
@@ -59,22 +61,6 @@ DEFAULT_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("log_checkpoints", "on", "the server log shows whether checkpoints hit the run"),
 )
-
-
-def find_bindir() -> Path:
-    """The highest installed /usr/lib/postgresql/<version>/bin that has initdb and pg_ctl."""
-    candidates = sorted(
-        (p for p in Path("/usr/lib/postgresql").glob("*/bin") if p.parent.name.isdigit()),
-        key=lambda p: int(p.parent.name),
-        reverse=True,
-    )
-    for candidate in candidates:
-        if (candidate / "initdb").exists() and (candidate / "pg_ctl").exists():
-            return candidate
-    raise RuntimeError(
-        "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin; install them "
-        "(apt-get install -y postgresql) or pass --dsn for a server you already run"
-    )
 
 
 def _free_port() -> int:

@@ -8,10 +8,10 @@ A throwaway database is created and migrated on the server; every function of th
 schema is rendered with its signature, its result, the roles that may call it and its
 `COMMENT ON` text (next to each function and view in its file of sql/code/, next to each
 table in the numbered migrations), and so is every table, view and fixed partition.
-The page is committed: tests/test_docs_sql_reference.py renders a freshly migrated database
-and fails when the page differs, so a migration that changes a function or a comment must
-regenerate it. Nothing is read from the migration files themselves: what the page says is
-what the database says (`\\df+` and `\\d+` in psql show the same text).
+The page is committed: tests/integration/test_docs_sql_reference.py renders a freshly
+migrated database and fails when the page differs, so a migration that changes a function
+or a comment must regenerate it. Nothing is read from the migration files themselves: what
+the page says is what the database says (`\\df+` and `\\d+` in psql show the same text).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [[ ! -x /usr/sbin/pgbouncer ]]; the
     fi
 fi
 
-# The JavaScript examples of the docs (tests/test_docs_examples.py) run under Node.js;
+# The JavaScript examples of the docs (tests/integration/test_docs_examples.py) run under Node.js;
 # without it they are skipped, saying so.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     if is_root && command -v apt-get >/dev/null 2>&1; then

@@ -20,8 +20,12 @@ Fixtures (all talk to a server this session starts itself, never the one on port
 ``new_database`` (function)
     A factory: ``new_database(template=None)`` creates a database (empty, or a copy of
     ``template``) and returns its conninfo; it is dropped after the test.
+``redis_server`` (function)
+    A real, throwaway ``redis-server`` (``tests.support.redis_server.RedisServer``): ``url``,
+    ``client()``, ``flushall()``, ``kill()`` (SIGKILL), ``start()`` (again, empty, on the same
+    port), ``run_id()``.
 ``workers`` (function)
-    ``worker_helpers.Workers`` for this test's database, with the tables of
+    ``tests.support.worker_helpers.Workers`` for this test's database, with the tables of
     ``tests/apps/dispatch.py`` created: ``workers.start("W1", lanes=...)`` runs a real
     ``pgsched worker``; whatever is still running is killed after the test, and the logs
     join any timed-out ``wait_until``. A module that needs more set-up first overrides it
@@ -56,10 +60,10 @@ import itertools
 import os
 import queue
 import shutil
-import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +75,10 @@ from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
 from pytest_postgresql.executors import PostgreSQLExecutor
 
+from pgsched.embedded import EmbeddedError, find_bindir
 from pgsched.migrations import migrate
+from tests.support.processes import Processes
+from tests.support.redis_server import RedisServer
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -102,6 +109,11 @@ _PRIVATE_TMP = pytest.StashKey[Path]()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # The pg_ctl wrapper runs the binaries the product's embedded default would (one rule,
+    # pgsched.embedded.find_bindir). Without any, only the unit tier can run; the wrapper
+    # then says what is missing.
+    with suppress(EmbeddedError):
+        os.environ.setdefault("PGSCHED_PG_BINDIR", str(find_bindir()))
     if config.option.basetemp is not None or hasattr(config, "workerinput"):
         return
     private = Path(tempfile.mkdtemp(prefix="pgsched-pytest-"))
@@ -113,27 +125,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     private = config.stash.get(_PRIVATE_TMP, None)
     if private is not None and not os.environ.get("PGSCHED_KEEP_TEST_TMP"):
         shutil.rmtree(private, ignore_errors=True)
-
-
-def find_bindir() -> Path:
-    """The newest installed Postgres server binaries (same rule as the pg_ctl wrapper)."""
-    explicit = os.environ.get("PGSCHED_PG_BINDIR")
-    if explicit and (Path(explicit) / "pg_ctl").exists():
-        return Path(explicit)
-    versions = sorted(
-        (p for p in Path("/usr/lib/postgresql").glob("*/bin") if p.parent.name.isdigit()),
-        key=lambda p: int(p.parent.name),
-        reverse=True,
-    )
-    for candidate in versions:
-        if (candidate / "pg_ctl").exists():
-            return candidate
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
-        if out.returncode == 0 and (Path(out.stdout.strip()) / "pg_ctl").exists():
-            return Path(out.stdout.strip())
-    raise RuntimeError("no PostgreSQL server binaries found: run scripts/setup.sh")
 
 
 def _migrate_template(
@@ -343,7 +334,7 @@ def conn(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
 
 @pytest.fixture
 def workers(db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection) -> Iterator[Any]:
-    from worker_helpers import create_test_tables, running_workers
+    from tests.support.worker_helpers import create_test_tables, running_workers
 
     create_test_tables(conn)
     with running_workers(db_env, tmp_path) as started:
@@ -367,3 +358,24 @@ def new_database(pg_server: PgServer) -> Iterator[Callable[..., str]]:
     yield _new_database
     for name in created:
         pg_server.drop_database(name)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real, throwaway redis-server on a free 127.0.0.1 port (no persistence, noeviction),
+    killed after the test; see tests/support/redis_server.py."""
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def processes(db_env: dict[str, str], tmp_path: Path) -> Iterator[Processes]:
+    """`pgsched` processes started as a user runs them, against this test's database, each
+    logging to a file (tests/support/processes.py); killed after the test, logs printed."""
+    started = Processes(db_env, tmp_path)
+    yield started
+    started.close()

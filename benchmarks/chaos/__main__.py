@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks import measure
 from benchmarks.chaos import scenarios
-from benchmarks.chaos.harness import Figures, Scenario, cluster
+from tests.support.chaos_harness import Figures, Scenario, cluster
 
 Run = Callable[[Scenario], Figures]
 

@@ -18,9 +18,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from benchmarks.chaos.harness import APP, Figures, Producer, Scenario, WorkerProcess, wait_for
-from benchmarks.pgbouncerserver import PgBouncer
-from benchmarks.redisserver import RedisServer
+from tests.support.chaos_harness import APP, Figures, Producer, Scenario, WorkerProcess, wait_for
+from tests.support.pgbouncer_server import PgBouncer
+from tests.support.redis_server import RedisServer
 
 
 def _work(seconds: float = 0.05) -> Any:

@@ -1,4 +1,5 @@
-"""Handlers for the worker fault tests (tests/test_worker_faults.py), in real worker processes:
+"""Handlers for the worker fault tests (tests/integration/test_worker_faults.py), in real
+worker processes:
 
     pgsched worker --app tests.apps.faults:app --lanes normal ...
 

@@ -1,5 +1,5 @@
-"""Handlers that misbehave, for the isolation tests (tests/test_worker_isolation.py and
-tests/test_handler_processes.py):
+"""Handlers that misbehave, for the isolation tests (tests/integration/test_worker_isolation.py and
+tests/integration/test_handler_processes.py):
 
     pgsched worker --app tests.apps.isolation:app --lanes high,low ...
 

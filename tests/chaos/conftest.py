@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos.harness import Cluster, Scenario
+from tests.support.chaos_harness import Cluster, Scenario
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

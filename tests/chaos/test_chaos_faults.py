@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.chaos import scenarios
-from benchmarks.chaos.harness import Figures, Scenario
+from tests.support.chaos_harness import Figures, Scenario
 
 MakeScenario = Callable[[], Scenario]
 

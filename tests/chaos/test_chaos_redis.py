@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.chaos import scenarios
-from benchmarks.chaos.harness import Scenario
+from tests.support.chaos_harness import Scenario
 
 MakeScenario = Callable[[], Scenario]
 

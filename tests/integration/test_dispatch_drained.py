@@ -1,7 +1,7 @@
 """The worker tests' handlers (tests/apps/dispatch.py), run in this process by
 pgsched.testing's drain: the lifecycle, the DEAD lane and retries leave the rows and
-events a worker process leaves (compare tests/test_worker_lifecycle.py and
-tests/test_worker_retries.py, which run the same handlers in `pgsched worker`)."""
+events a worker process leaves (compare tests/integration/test_worker_lifecycle.py and
+tests/integration/test_worker_retries.py, which run the same handlers in `pgsched worker`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from worker_helpers import create_test_tables, schedule, steps, task, transitions
 
 from pgsched.testing import assert_not_scheduled, assert_scheduled, drain, scheduled_tasks
+from tests.support.worker_helpers import create_test_tables, schedule, steps, task, transitions
 
 RETRY_STORY = [
     ("QUEUED", "PROCESSING"),
@@ -29,13 +29,15 @@ def dispatch(conn: psycopg.Connection, db_dsn: str, monkeypatch: pytest.MonkeyPa
     """The dispatch App, pointed at this test's database (its handlers log there)."""
     create_test_tables(conn)
     monkeypatch.setenv("PGSCHED_DSN", db_dsn)
-    from apps.dispatch import app
+    from tests.apps.dispatch import app
 
     monkeypatch.setattr(app, "_dsn", db_dsn)
     return app
 
 
-def test_validate_refusal_is_dead_after_one_attempt(conn: psycopg.Connection, dispatch: Any) -> None:
+def test_validate_refusal_is_dead_after_one_attempt(
+    conn: psycopg.Connection, dispatch: Any
+) -> None:
     refused = schedule(conn, "refuses", '{"subject": "hello"}', max_attempts=5)
     accepted = schedule(conn, "refuses", '{"to": "a@example.com"}', max_attempts=5)
     result = drain(dispatch)

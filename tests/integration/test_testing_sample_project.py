@@ -10,7 +10,8 @@ import sys
 from typing import Any
 
 import psycopg
-from conftest import REPO_ROOT
+
+from tests.support.paths import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "docs" / "examples" / "sample_project"
 

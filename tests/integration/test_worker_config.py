@@ -1,0 +1,47 @@
+"""The worker command refuses a bad option as a user meets it (exit 2, the option named, no
+traceback); the garbage-collector tuning runs in the worker process with its settings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.worker_helpers import run_cli
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency must be at least 1 (got 0)"),
+        (["--batch-size", "-1"], "--batch-size must be at least 1 (got -1)"),
+        (["--flush-size", "0"], "--flush-size must be at least 1 (got 0)"),
+        (["--lease", "-1"], "--lease must be at least 1 seconds (got -1)"),
+        (["--poll-interval", "0"], "--poll-interval must be more than 0 seconds (got 0)"),
+        (["--batch-rate", "-1"], "--batch-rate must be a positive number of tasks per second"),
+        (["--max-stuck-threads", "-2"], "--max-stuck-threads must be at least 0 (got -2)"),
+        (["--cancel-grace", "-1"], "--cancel-grace must be at least 0 seconds (got -1)"),
+    ],
+)
+def test_the_worker_command_refuses_bad_options_without_a_traceback(
+    db_env: dict[str, str], argv: list[str], message: str
+) -> None:
+    done = run_cli(db_env, "worker", "--app", "tests.apps.dispatch:app", *argv, timeout=30)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_gc_tuning_is_one_named_function_with_the_worker_settings() -> None:
+    code = (
+        "import gc\n"
+        "from pgsched.worker.gc_tuning import tune_gc_for_throughput\n"
+        "keep = [object() for _ in range(1000)]\n"
+        "tune_gc_for_throughput()\n"
+        "print(gc.get_threshold(), gc.get_freeze_count() >= 1000)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "(20000, 20, 100) True"
