@@ -1,6 +1,7 @@
 """pgsched: a job scheduler engine on PostgreSQL. The row is the truth."""
 
 from pgsched.app import App
+from pgsched.async_app import AsyncApp
 from pgsched.errors import (
     InvalidLimitError,
     InvalidTaskError,
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AsyncApp",
     "CancelCounts",
     "CancelResult",
     "InvalidLimitError",

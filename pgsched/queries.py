@@ -38,7 +38,7 @@ def query(name: str) -> sql.SQL:
         raise KeyError(f"no named query {name!r} in sql/queries.sql or sql/*_queries.sql") from None
 
 
-def column_index(cursor: psycopg.Cursor[Any], name: str) -> int:
+def column_index(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any], name: str) -> int:
     """Where column `name` is in the cursor's rows: for reading one column by name from
     many rows without building an object per row."""
     for index, column in enumerate(cursor.description or ()):
