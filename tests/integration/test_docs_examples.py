@@ -8,7 +8,8 @@ database (``db_env``: ``PGSCHED_DSN`` and the ``PG*`` variables):
     <!-- docs-test: run until-ok 60 -->  run it again every half second until it exits 0,
                                          for at most 60 s (a check that waits for a worker)
     <!-- docs-test: file tasks.py -->    write the block to tasks.py (importable: the working
-                                         directory is on PYTHONPATH)
+                                         directory is on PYTHONPATH; a path such as
+                                         shop/tasks.py makes its folders)
     <!-- docs-test: background -->       start the block and leave it running (a worker, a
                                          sweeper); stopped with SIGTERM when the page ends
     <!-- docs-test: shown REASON -->      not run, and why (a placeholder client, a server
@@ -221,7 +222,9 @@ def test_the_examples_of_a_page_run(
         for n, block in enumerate(blocks):
             if block.action == "file":
                 assert block.arg is not None
-                (tmp_path / block.arg).write_text(block.code)
+                target = tmp_path / block.arg
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(block.code)
                 continue
             path = tmp_path / f"block{n}{suffix[block.lang]}"
             code = block.code
