@@ -112,6 +112,16 @@ LONG_FORM: list[tuple[str, Run, tuple[str, ...]]] = [
         ),
     ),
     (
+        "point_in_time_restore",
+        partial(scenarios.point_in_time_restore, seconds=60),
+        (
+            "processing_at_restore",
+            "completed_at_restore",
+            "keyed_created_again",
+            "cut_off",
+        ),
+    ),
+    (
         "redis_faults",
         partial(scenarios.redis_faults, seconds=120),
         ("recovery_by_fault", "lateness_p99_ms", "lateness_max_ms", "claimed_by_id"),

@@ -134,3 +134,16 @@ def test_handler_processes_that_die_fail_only_their_attempt(scenario: MakeScenar
     assert f.lost == 0 and f.completed == f.scheduled, f.line()
     assert f.extra["killed_named"] == 3 and f.extra["segfault_named"] == 3, f.line()
     assert f.extra["worker_alive"], f.line()
+
+
+def test_point_in_time_restore_into_a_running_system(scenario: MakeScenario) -> None:
+    f = scenarios.point_in_time_restore(scenario(), seconds=9)
+    # Everything acknowledged before the restore point is back, and finishes there.
+    assert f.lost == 0 and f.completed == f.scheduled > 0
+    # Nothing COMPLETED at the point runs again; no keyed call sent again makes a task.
+    assert f.run_twice == 0
+    assert f.extra["keyed_sent_again"] > 0 and f.extra["keyed_created_again"] == 0
+    assert f.extra["completed_at_restore"] > 0
+    # What the point cut off is gone by design; what was running at it ran again.
+    assert f.extra["cut_off"] > 0 and f.extra["processing_at_restore"] > 0
+    assert f.recovery_s is not None and f.recovery_s < 30

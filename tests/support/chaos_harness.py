@@ -70,8 +70,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def as_server_user(argv: Sequence[str]) -> list[str]:
+    """`argv` run as the server's user when we are root (Postgres's tools refuse root, and
+    the files they write must be the server's)."""
+    if os.geteuid() != 0:
+        return list(argv)
+    return ["runuser", "-u", os.environ.get("PGSCHED_PG_USER", "postgres"), "--", *argv]
+
+
+def give_to_server_user(path: Path) -> None:
+    """Hand a folder (and what is in it) to the server's user, when we are root."""
+    if os.geteuid() == 0:
+        user = os.environ.get("PGSCHED_PG_USER", "postgres")
+        subprocess.run(["chown", "-R", f"{user}:", str(path)], check=True)
+
+
 class Cluster:
-    """A throwaway Postgres cluster: initdb, start, restart (fast / immediate), stop."""
+    """A throwaway Postgres cluster: initdb, start, restart (fast / immediate), stop; a
+    base backup of it, and a cluster recovered from one (`restored`)."""
 
     def __init__(self, settings: Sequence[str] = ()) -> None:
         self.settings = [*SERVER_SETTINGS, *settings]
@@ -121,6 +137,36 @@ class Cluster:
         with suppress(Exception):
             self._pg_ctl("stop", "-D", str(self.datadir), "-m", "immediate", "-w")
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def base_backup(self, dest: Path) -> None:
+        """A base backup of the running server into `dest`, a new folder under this cluster's
+        root (pg_basebackup, fast checkpoint, the WAL it needs streamed alongside)."""
+        argv = [str(find_bindir() / "pg_basebackup"), "-D", str(dest), "-c", "fast"]
+        argv += ["-X", "stream", "-h", self.host, "-p", str(self.port), "-U", "postgres"]
+        done = subprocess.run(as_server_user(argv), timeout=300, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_basebackup failed ({done.returncode}): {done.stderr}")
+
+    @classmethod
+    def restored(cls, backup: Path, settings: Sequence[str]) -> Cluster:
+        """A new cluster on a port of its own, started from a copy of `backup` in recovery
+        (`settings`: restore_command, the recovery target); returns once it is promoted."""
+        restored = cls(settings)
+        shutil.copytree(backup, restored.datadir)
+        (restored.datadir / "recovery.signal").touch()
+        os.chmod(restored.datadir, 0o700)
+        give_to_server_user(restored.root)
+        os.chmod(restored.root, 0o755)
+        restored.start_server()
+        restored.wait_accepting()
+
+        def promoted() -> bool:
+            with restored.connect() as conn:
+                row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+                return row is not None and not row[0]
+
+        wait_for(promoted, 120, "the restored cluster to reach its target and promote")
+        return restored
 
     def dsn(self, dbname: str = "postgres") -> str:
         return make_conninfo(host=self.host, port=str(self.port), user="postgres", dbname=dbname)
