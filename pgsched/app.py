@@ -173,9 +173,18 @@ class App:
         idempotency key already named a task (that task's id; nothing changed).
 
         Options (pgsched.producer.ScheduleOptions): run_at, tenant_id, priority,
-        idempotency_key, max_attempts, lane, metadata, scope, product. scope="product"
-        (with product=...) or scope="global" runs it once for every active tenant of that
-        product, or of all products, each tenant with its own outcome."""
+        idempotency_key, max_attempts, lane, metadata, scope, product, unique_for, debounce,
+        traceparent, retry_delays. scope="product" (with product=...) or scope="global" runs
+        it once for every active tenant of that product, or of all products, each tenant
+        with its own outcome.
+
+        With `idempotency_key`, `unique_for` (seconds or a timedelta) makes the key name its
+        task only for that long: a call inside the window gets that task (`.created`
+        False), a call after it a new one. `debounce` makes a burst of calls one task, due
+        `debounce` after the last call, with the last call's payload (`.created` False for
+        each call that replaced the waiting task's payload). `traceparent` is the W3C trace
+        context of the request scheduling the task; `retry_delays` the waits after failed
+        attempts 1, 2, ... (the last repeats), instead of the handler's."""
         call = producer.schedule_call(task_type, payload, **options)
         with self._connection(conn) as c:
             try:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgsched.errors import InvalidTaskError, TaskCancelledError
@@ -52,6 +52,10 @@ class TaskRow:
     scope: str = "tenant"
     # Set when this (tenant, type, key) already completed: the run is a recorded no-op.
     done_by: int | None = None
+    # The W3C trace context of the request that scheduled the task (tasks.traceparent).
+    traceparent: str | None = None
+    # The task's own retry schedule (tasks.retry_delays), before the handler's.
+    retry_delays: list[timedelta] | None = None
 
     # Decoded on first use, then kept: a handler that never reads them costs nothing.
     @functools.cached_property
@@ -186,6 +190,11 @@ class TaskContext:
     @property
     def payload(self) -> Any:
         return self.task.payload
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C trace context of the request that scheduled the task, or None."""
+        return self.task.traceparent
 
     @property
     def connection(self) -> Any:

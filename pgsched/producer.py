@@ -13,9 +13,9 @@ parameter added to scheduling goes into `ScheduleOptions` and `schedule_call` (o
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from psycopg.types.json import Jsonb
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from pgsched.cron import CronSchedule
 from pgsched.errors import InvalidTaskError
+from pgsched.retry import retry_delay_list
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
 
 SCHEDULE_CHUNK = 20_000
@@ -49,6 +50,10 @@ class ScheduleOptions(TypedDict, total=False):
     metadata: Mapping[str, Any] | None
     scope: str
     product: str | None
+    unique_for: float | timedelta | None
+    debounce: float | timedelta | None
+    traceparent: str | None
+    retry_delays: Sequence[float | timedelta] | None
 
 
 class RecurringOptions(TypedDict, total=False):
@@ -112,6 +117,10 @@ def schedule_call(
     metadata: Mapping[str, Any] | None = None,
     scope: str = "tenant",
     product: str | None = None,
+    unique_for: float | timedelta | None = None,
+    debounce: float | timedelta | None = None,
+    traceparent: str | None = None,
+    retry_delays: Sequence[float | timedelta] | None = None,
 ) -> Call:
     """One task: `task_schedule_one`, whose row `scheduled_task` reads."""
     spec = task_spec(
@@ -125,6 +134,9 @@ def schedule_call(
             "max_attempts": max_attempts,
             "lane": lane,
             "metadata": {} if metadata is None else metadata,
+            "unique_for": unique_for,
+            "debounce": debounce,
+            "traceparent": traceparent,
         }
     )
     params = {
@@ -139,6 +151,10 @@ def schedule_call(
         "metadata": Jsonb(spec.metadata),
         "scope": scope,
         "product": product,
+        "unique_for": spec.unique_for,
+        "debounce": spec.debounce,
+        "traceparent": spec.traceparent,
+        "retry_delays": None if retry_delays is None else retry_delay_list(retry_delays),
     }
     return Call("task_schedule_one", params)
 
@@ -173,6 +189,9 @@ def schedule_chunk_call(specs: list[TaskSpec]) -> Call:
         "max_attempts": [s.max_attempts for s in specs],
         "lanes": column([s.lane for s in specs]),
         "metadatas": [Jsonb(s.metadata) for s in specs],
+        "unique_fors": column([s.unique_for for s in specs]),
+        "debounces": column([s.debounce for s in specs]),
+        "traceparents": column([s.traceparent for s in specs]),
     }
     return Call("task_schedule_many", params, binary=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -51,3 +52,37 @@ class RetryPolicy:
         raw = min(self.base_seconds * self.factor**exponent, self.cap_seconds)
         spread = (rng or random).uniform(-self.jitter, self.jitter) if self.jitter else 0.0
         return timedelta(seconds=max(raw * (1 + spread), 0.0))
+
+
+MAX_RETRY_DELAYS = 100  # the longest explicit retry schedule (pgsched.task_options_problem)
+
+
+def retry_delay_list(values: Iterable[float | timedelta]) -> list[timedelta]:
+    """An explicit retry schedule as the database takes it (`retry_delays`): 1 to 100
+    waits, each 0 to 30 days, given in seconds or as timedeltas. Refused with
+    InvalidTaskError naming the element, as `pgsched.task_options_problem` does."""
+    if isinstance(values, str | bytes):
+        raise InvalidTaskError("retry_delays must be a list of delays, not a string")
+    delays: list[timedelta] = []
+    for index, value in enumerate(values):
+        delays.append(_delay(value, f"retry_delays[{index + 1}]"))
+    if not delays:
+        raise InvalidTaskError("retry_delays must be a one-dimensional list of at least one delay")
+    if len(delays) > MAX_RETRY_DELAYS:
+        raise InvalidTaskError(
+            f"retry_delays holds {len(delays)} delays; at most {MAX_RETRY_DELAYS}"
+        )
+    return delays
+
+
+def _delay(value: object, name: str) -> timedelta:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidTaskError(f"{name} {value!r} is not a delay (seconds or a timedelta)")
+    # Written so that NaN fails the check too.
+    if not 0 <= seconds <= MAX_BACKOFF_SECONDS:
+        raise InvalidTaskError(f"{name} {value!r} is out of range (0 to 30 days)")
+    return timedelta(seconds=seconds)

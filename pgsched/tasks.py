@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
@@ -38,6 +38,12 @@ class TaskSpec(BaseModel):
     max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS_LIMIT)
     lane: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # With idempotency_key: the key names its task only this long (seconds or a timedelta).
+    unique_for: timedelta | None = None
+    # With idempotency_key: a burst of calls is one task, due this long after the last call.
+    debounce: timedelta | None = None
+    # The W3C trace context of the request scheduling it, handed to the worker.
+    traceparent: str | None = Field(default=None, max_length=100)
 
     @field_validator("tenant_id")
     @classmethod

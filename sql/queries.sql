@@ -17,7 +17,10 @@ FROM
         idempotency_keys => %(idempotency_keys)b::text[],
         max_attempts => %(max_attempts)b::bigint[],
         lanes => %(lanes)b::text[],
-        metadatas => %(metadatas)b::jsonb[]
+        metadatas => %(metadatas)b::jsonb[],
+        unique_fors => %(unique_fors)b::interval[],
+        debounces => %(debounces)b::interval[],
+        traceparents => %(traceparents)b::text[]
     ) AS s
 ORDER BY s.ordinal;
 
@@ -36,7 +39,11 @@ FROM pgsched.schedule_task_ex(
     lane => %(lane)s,
     metadata => %(metadata)s,
     scope => %(scope)s,
-    product => %(product)s
+    product => %(product)s,
+    unique_for => %(unique_for)s,
+    debounce => %(debounce)s,
+    traceparent => %(traceparent)s,
+    retry_delays => %(retry_delays)s
 ) AS s;
 
 -- name: task_cancel
@@ -109,7 +116,9 @@ SELECT
             AND cw.tenant_id = c.tenant_id
             AND cw.task_type = c.task_type
             AND cw.idempotency_key = c.idempotency_key
-    ) AS done_by
+    ) AS done_by,
+    c.traceparent,
+    c.retry_delays
 FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s) AS c;
 
 -- name: task_claim_ids
@@ -138,7 +147,9 @@ SELECT
             AND cw.tenant_id = c.tenant_id
             AND cw.task_type = c.task_type
             AND cw.idempotency_key = c.idempotency_key
-    ) AS done_by
+    ) AS done_by,
+    c.traceparent,
+    c.retry_delays
 FROM pgsched.task_claim_ids(%(lane)s, %(ids)s::bigint[], %(worker)s, %(lease)s) AS c;
 
 -- name: hot_tier_window

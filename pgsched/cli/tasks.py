@@ -28,7 +28,7 @@ from pgsched.cli.options import (
     render_table,
 )
 from pgsched.cli.root import CliState
-from pgsched.cli.times import parse_time
+from pgsched.cli.times import parse_duration, parse_time
 from pgsched.errors import InvalidTaskError
 from pgsched.queries import query
 from pgsched.tasks import TaskSpec
@@ -127,6 +127,24 @@ def _same_schedule(dsn: str, **params: Any) -> int | None:
     is_flag=True,
     help="Recurring: create it even if a schedule of the same work on the same clock exists.",
 )
+@click.option(
+    "--unique-for",
+    default=None,
+    help="With --key: the key names its task only this long (90s, 15m, 2h, 3d).",
+)
+@click.option(
+    "--debounce",
+    default=None,
+    help="With --key: one task for a burst of calls, due this long after the last (30s, 5m).",
+)
+@click.option(
+    "--traceparent", default=None, help="The W3C trace context of the request scheduling it."
+)
+@click.option(
+    "--retry-delays",
+    default=None,
+    help="Waits after failed attempts 1, 2, ... (the last repeats): 1,10s,1m,10m.",
+)
 @click.pass_obj
 def schedule(
     state: CliState,
@@ -145,12 +163,30 @@ def schedule(
     product: str | None,
     misfire: str,
     allow_duplicate: bool,
+    unique_for: str | None,
+    debounce: str | None,
+    traceparent: str | None,
+    retry_delays: str | None,
 ) -> None:
     """Schedule a task (prints "created task N", or "task N already exists ..." for an
     idempotent duplicate), or with --cron a recurring schedule (prints
     "schedule N"; --tz is its IANA zone, default UTC)."""
     if cron_expression is not None and when is not None:
         raise click.UsageError("--at and --cron exclude each other")
+    options = {
+        "--unique-for": unique_for,
+        "--debounce": debounce,
+        "--traceparent": traceparent,
+        "--retry-delays": retry_delays,
+    }
+    given = [name for name, value in options.items() if value is not None]
+    if cron_expression is not None and given:
+        raise click.UsageError(f"{given[0]} is for one task, not a --cron schedule")
+    window = None if unique_for is None else parse_duration(unique_for, option="--unique-for")
+    wait = None if debounce is None else parse_duration(debounce, option="--debounce")
+    delays = None
+    if retry_delays is not None:
+        delays = [parse_duration(part, option="--retry-delays") for part in retry_delays.split(",")]
     task = {
         "task_type": task_type,
         "payload": payload,
@@ -228,11 +264,25 @@ def schedule(
         metadata=metadata,
         scope=scope,
         product=product,
+        traceparent=traceparent,
+        retry_delays=delays,
+        unique_for=window,
+        debounce=wait,
     )
+    owner = tenant if scope == "tenant" else "_all"
     if task_id.created:
         click.echo(f"created task {task_id}")
+    elif debounce is not None:
+        click.echo(
+            f"task {task_id} debounced for key {idempotency_key} (tenant {owner}): it takes "
+            "this payload and is due the debounce after now"
+        )
+    elif unique_for is not None:
+        click.echo(
+            f"task {task_id} already exists for key {idempotency_key} (tenant {owner}) within "
+            "its unique window; nothing changed"
+        )
     else:
-        owner = tenant if scope == "tenant" else "_all"
         click.echo(
             f"task {task_id} already exists for key {idempotency_key} (tenant {owner});"
             " nothing changed"

@@ -92,3 +92,21 @@ def _wall_clock(naive: datetime, zone: str, text: str) -> ParsedTime:
             f"scheduled at the first, {first.isoformat()}",
         )
     return ParsedTime(first)
+
+
+_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
+
+
+def parse_duration(text: str, *, option: str) -> timedelta:
+    """A length of time given for `option`: seconds (`90`) or with a unit (`90s`, `15m`,
+    `2h`, `3d`)."""
+    span = _SPAN.match(text.strip())
+    if span is None:
+        raise click.BadParameter(
+            f"{text!r} is not a duration: use seconds (90) or 90s, 15m, 2h, 3d",
+            param_hint=option,
+        )
+    try:
+        return timedelta(**{_UNITS[span[2] or "s"]: float(span[1])})
+    except OverflowError:
+        raise click.BadParameter(f"{text!r} is out of range", param_hint=option) from None

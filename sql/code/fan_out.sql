@@ -56,7 +56,10 @@ BEGIN
           array_fill(p.metadata || jsonb_build_object('parent_id', p.id), ARRAY[n]),
           array_fill('tenant'::text, ARRAY[n]),
           array_fill(NULL::text, ARRAY[n]),
-          coalesce(as_of, now())
+          coalesce(as_of, now()),
+          -- The children carry on the parent's trace and retry schedule.
+          array_fill(p.traceparent, ARRAY[n]),
+          p.retry_delays
       ) AS s;
     -- A statement of its own: the children were inserted by the one above.
     UPDATE pgsched.tasks AS tk SET parent_id = p.id WHERE tk.id = ANY(child_ids) AND tk.parent_id IS NULL;

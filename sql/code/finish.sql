@@ -146,7 +146,7 @@ BEGIN
                lease_token = NULL,
                lease_expires_at = NULL,
                updated_at = t
-          FROM unnest(task_ids, lease_tokens, outcomes, errors, retry_delays)
+          FROM unnest(task_ids, lease_tokens, outcomes, errors, task_finish_many.retry_delays)
                AS u(id, token, outcome, error, delay)
          WHERE tk.id = u.id AND tk.lease_token = u.token
            AND tk.id = ANY (task_ids)

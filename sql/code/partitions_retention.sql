@@ -26,6 +26,7 @@ DECLARE
     row_cutoff timestamptz;
     n_tasks bigint;
     n_keys bigint;
+    n_windows bigint;
     n_occurrences bigint;
     n_ledger bigint;
 BEGIN
@@ -51,6 +52,17 @@ BEGIN
     DELETE FROM pgsched.idempotency_keys AS k USING old
      WHERE k.tenant_id = old.tenant_id AND k.idempotency_key = old.idempotency_key;
     GET DIAGNOSTICS n_keys = ROW_COUNT;
+
+    -- Windows of unique_for and debounce ended long ago: counted with the keys.
+    WITH old AS (
+        SELECT w.tenant_id, w.window_key FROM pgsched.task_windows AS w
+         WHERE w.ends_at < cutoff
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.task_windows AS w USING old
+     WHERE w.tenant_id = old.tenant_id AND w.window_key = old.window_key AND w.ends_at < cutoff;
+    GET DIAGNOSTICS n_windows = ROW_COUNT;
+    n_keys := n_keys + n_windows;
 
     WITH old AS (
         SELECT o.schedule_id, o.fire_at FROM pgsched.schedule_occurrences AS o
@@ -78,7 +90,7 @@ BEGIN
     RETURN QUERY SELECT n_tasks, 0::bigint, n_keys, n_occurrences, n_ledger;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.retention_prune(interval, integer, timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys, occurrences and ledger rows no longer used) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
+COMMENT ON FUNCTION pgsched.retention_prune(interval, integer, timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys and ended unique_for or debounce windows, occurrences and ledger rows no longer used) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
 REVOKE ALL ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) TO pgsched_worker, pgsched_admin;
 

@@ -75,7 +75,9 @@ CREATE OR REPLACE FUNCTION pgsched.task_insert_many(
     metadatas jsonb[],
     scopes text[],
     products text[],
-    as_of timestamptz
+    as_of timestamptz,
+    traceparents text[] DEFAULT NULL,
+    retry_delays interval[] DEFAULT NULL
 ) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
 LANGUAGE plpgsql
 AS $$
@@ -101,11 +103,12 @@ BEGIN
                pgsched.lane_for(coalesce(i.priority, 5), i.lane) AS lane,
                coalesce(i.metadata, '{}') AS metadata,
                coalesce(i.scope, 'tenant') AS scope,
-               i.product
+               i.product,
+               i.traceparent
           FROM unnest(ids, task_types, payloads, run_ats, tenant_ids, priorities,
-                      idempotency_keys, max_attempts, lanes, metadatas, scopes, products)
+                      idempotency_keys, max_attempts, lanes, metadatas, scopes, products, traceparents)
                AS i(id, task_type, payload, run_at, tenant_id, priority,
-                    idempotency_key, max_attempts, lane, metadata, scope, product)
+                    idempotency_key, max_attempts, lane, metadata, scope, product, traceparent)
     ),
     -- A key taken by a concurrent transaction makes this insert wait for it: if it
     -- commits the key is a conflict (nothing inserted), if it rolls back the key is ours.
@@ -120,11 +123,13 @@ BEGIN
     inserted AS (
         INSERT INTO pgsched.tasks AS tk (
             id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane,
-            status, max_attempts, idempotency_key, scope, product, created_at, updated_at
+            status, max_attempts, idempotency_key, scope, product, created_at, updated_at,
+            traceparent, retry_delays
         )
         SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
                pgsched.tier_status(pgsched.tier_of(i.run_at, h.immediate_until, h.hot_until)),
-               i.max_attempts, i.idempotency_key, i.scope, i.product, as_of, as_of
+               i.max_attempts, i.idempotency_key, i.scope, i.product, as_of, as_of,
+               i.traceparent, task_insert_many.retry_delays
           FROM input AS i
          WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
         RETURNING tk.id, tk.lane, tk.next_run_at
@@ -155,9 +160,9 @@ BEGIN
      ORDER BY i.ord;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamp with time zone) IS 'The engine''s insert behind schedule_task and schedule_tasks, after their checks: routes each row by tier_of and honours idempotency keys. Returns (ordinal, task_id, created).';
-REVOKE ALL ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz) TO pgsched_admin;
+COMMENT ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamp with time zone, text[], interval[]) IS 'The engine''s insert behind schedule_task and schedule_tasks, after their checks: routes each row by tier_of and honours idempotency keys; traceparents per row, retry_delays for every row. Returns (ordinal, task_id, created).';
+REVOKE ALL ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz, text[], interval[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz, text[], interval[]) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.tier_status(tier text) RETURNS pgsched.task_status
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

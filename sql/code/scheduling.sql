@@ -1,8 +1,8 @@
 -- sql/code/scheduling.sql — scheduling.
 --
 -- input checks (task_identity_problem, task_content_problem, task_input_problem,
--- run_at_problem) and the producer's entry points schedule_task, schedule_task_ex,
--- schedule_tasks.
+-- task_options_problem, run_at_problem), unique windows and debounce (task_insert_windowed)
+-- and the producer's entry points schedule_task, schedule_task_ex, schedule_tasks.
 --
 -- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
 -- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
@@ -119,6 +119,183 @@ COMMENT ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigin
 REVOKE ALL ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_input_problem(text, jsonb, text, integer, bigint, text, jsonb, text, bigint, text, text) TO pgsched_worker, pgsched_admin;
 
+-- The options beyond a task's identity and content: a window for its key (unique_for or
+-- debounce), the trace context it was scheduled in, its own retry schedule.
+CREATE OR REPLACE FUNCTION pgsched.task_options_problem(
+    idempotency_key text,
+    run_at timestamptz,
+    unique_for interval,
+    debounce interval,
+    traceparent text,
+    retry_delays interval[]
+) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN unique_for IS NOT NULL AND debounce IS NOT NULL THEN
+            'unique_for and debounce cannot be combined: a key has one window'
+        WHEN unique_for IS NOT NULL AND NOT (unique_for > INTERVAL '0' AND unique_for <= INTERVAL '365 days')
+            THEN format('unique_for %s is out of range (more than 0, at most 365 days)', unique_for)
+        WHEN debounce IS NOT NULL AND NOT (debounce > INTERVAL '0' AND debounce <= INTERVAL '365 days')
+            THEN format('debounce %s is out of range (more than 0, at most 365 days)', debounce)
+        WHEN (unique_for IS NOT NULL OR debounce IS NOT NULL) AND idempotency_key IS NULL THEN format(
+            '%s needs an idempotency_key: the key the window is for',
+            CASE WHEN unique_for IS NOT NULL THEN 'unique_for' ELSE 'debounce' END)
+        WHEN debounce IS NOT NULL AND run_at IS NOT NULL THEN
+            'debounce sets the due time (debounce after the last call): give no run_at'
+        WHEN traceparent IS NOT NULL
+             AND (traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+                  OR left(traceparent, 2) = 'ff'
+                  OR substr(traceparent, 4, 32) = repeat('0', 32)
+                  OR substr(traceparent, 37, 16) = repeat('0', 16)) THEN format(
+            'traceparent %L is not a W3C trace context (00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, '
+            'lowercase, ids not all zero)', left(traceparent, 100))
+        WHEN retry_delays IS NOT NULL AND array_ndims(retry_delays) IS DISTINCT FROM 1 THEN
+            'retry_delays must be a one-dimensional list of at least one delay'
+        WHEN cardinality(retry_delays) > 100 THEN format(
+            'retry_delays holds %s delays; at most 100', cardinality(retry_delays))
+        WHEN retry_delays IS NOT NULL THEN (
+            SELECT format('retry_delays[%s] %s is out of range (0 to 30 days)', d.ord, coalesce(d.delay::text, 'NULL'))
+              FROM unnest(retry_delays) WITH ORDINALITY AS d(delay, ord)
+             WHERE d.delay IS NULL OR d.delay < INTERVAL '0' OR d.delay > INTERVAL '30 days'
+             ORDER BY d.ord
+             LIMIT 1)
+    END
+$$;
+COMMENT ON FUNCTION pgsched.task_options_problem(text, timestamp with time zone, interval, interval, text, interval[]) IS 'Why a task''s options are refused, or NULL: unique_for or debounce (not both) more than 0 and at most 365 days, each with an idempotency_key, debounce without run_at; traceparent a W3C trace context; retry_delays a list of 1 to 100 delays of 0 to 30 days.';
+REVOKE ALL ON FUNCTION pgsched.task_options_problem(text, timestamptz, interval, interval, text, interval[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_options_problem(text, timestamptz, interval, interval, text, interval[]) TO pgsched_worker, pgsched_admin;
+
+-- One task whose key has a window (checked already by the caller). The key's row in
+-- task_windows is the lock every call with the same tenant and key queues on, so concurrent
+-- producers see one another's tasks: a unique window's task is returned while the window
+-- lasts; a debounced task not yet started takes the latest call's payload, metadata and due
+-- time (an event says so), and once it has started the next call makes a new one.
+CREATE OR REPLACE FUNCTION pgsched.task_insert_windowed(
+    task_type text,
+    payload jsonb,
+    run_at timestamptz,
+    tenant_id text,
+    priority integer,
+    window_key text,
+    max_attempts bigint,
+    lane text,
+    metadata jsonb,
+    scope text,
+    product text,
+    unique_for interval,
+    debounce interval,
+    traceparent text,
+    retry_delays interval[],
+    as_of timestamptz
+) RETURNS TABLE (task_id bigint, created boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    t timestamptz := as_of;
+    w_kind text := CASE WHEN debounce IS NOT NULL THEN 'debounce' ELSE 'unique' END;
+    due timestamptz := CASE WHEN debounce IS NOT NULL THEN as_of + debounce ELSE coalesce(run_at, as_of) END;
+    ends timestamptz := CASE WHEN debounce IS NOT NULL THEN as_of + debounce ELSE as_of + unique_for END;
+    new_id bigint := nextval('pgsched.task_id_seq');
+    w record;
+    h record;
+    r record;
+    replaced boolean := FALSE;
+    was pgsched.task_status;
+    tier text;
+    task_lane pgsched.task_lane := pgsched.lane_for(priority, lane);
+BEGIN
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    LOOP
+        -- A key taken by a concurrent transaction makes this wait for it to end.
+        INSERT INTO pgsched.task_windows AS k (tenant_id, window_key, task_id, kind, opened_at, ends_at)
+        VALUES (task_insert_windowed.tenant_id, task_insert_windowed.window_key, new_id, w_kind, t, ends)
+        ON CONFLICT DO NOTHING;
+        EXIT WHEN FOUND;
+        SELECT * INTO w FROM pgsched.task_windows AS k
+         WHERE k.tenant_id = task_insert_windowed.tenant_id AND k.window_key = task_insert_windowed.window_key
+           FOR UPDATE;
+        IF NOT FOUND THEN
+            -- Pruned between the two statements: take it again.
+            CONTINUE;
+        END IF;
+        IF w.ends_at > t AND (w_kind = 'unique' OR w.kind = 'unique') THEN
+            -- Inside a unique window: its task, unchanged.
+            RETURN QUERY SELECT w.task_id, FALSE;
+            RETURN;
+        END IF;
+        IF w_kind = 'debounce' AND w.kind = 'debounce' THEN
+            BEGIN
+                -- Replaced only while not started: a claim holding the row makes this wait,
+                -- and then finds it PROCESSING. Locked first, so its status before is known.
+                SELECT tk.status INTO was
+                  FROM pgsched.tasks AS tk
+                 WHERE tk.id = w.task_id AND tk.status IN ('PENDING', 'QUEUED')
+                   FOR UPDATE;
+                replaced := FOUND;
+                IF replaced THEN
+                    UPDATE pgsched.tasks AS tk
+                       SET payload = task_insert_windowed.payload,
+                           metadata = task_insert_windowed.metadata,
+                           traceparent = coalesce(task_insert_windowed.traceparent, tk.traceparent),
+                           next_run_at = due,
+                           status = CASE
+                               WHEN tk.status = 'PENDING'
+                                   THEN pgsched.tier_status(pgsched.tier_of(due, h.immediate_until, h.hot_until))
+                               ELSE tk.status
+                           END,
+                           status_reason = format('debounced: replaced by a later call, due %s', due),
+                           updated_at = t
+                     WHERE tk.id = w.task_id AND tk.status = was
+                    RETURNING tk.id, tk.tenant_id, tk.task_type, tk.status, tk.attempts, tk.status_reason INTO r;
+                END IF;
+            EXCEPTION WHEN serialization_failure THEN
+                -- Promoted from the cold tier meanwhile (a move between partitions): again.
+                CONTINUE;
+            END;
+            IF replaced THEN
+                -- The same status, so the transition trigger wrote nothing: the event is
+                -- ours. (A PENDING task now due within the hot window moved to QUEUED, and
+                -- the trigger recorded that move with this detail.)
+                IF r.status = was THEN
+                    INSERT INTO pgsched.task_events (
+                        task_id, tenant_id, task_type, from_status, to_status,
+                        occurred_at, scheduled_for, attempt, worker, detail
+                    ) VALUES (r.id, r.tenant_id, r.task_type, r.status, r.status, t, due, r.attempts, NULL,
+                              r.status_reason);
+                END IF;
+                UPDATE pgsched.task_windows AS k SET ends_at = ends
+                 WHERE k.tenant_id = w.tenant_id AND k.window_key = w.window_key;
+                RETURN QUERY SELECT w.task_id, FALSE;
+                RETURN;
+            END IF;
+        END IF;
+        -- The window is over (or its debounced task has started): a new task owns the key.
+        UPDATE pgsched.task_windows AS k
+           SET task_id = new_id, kind = w_kind, opened_at = t, ends_at = ends
+         WHERE k.tenant_id = w.tenant_id AND k.window_key = w.window_key;
+        EXIT;
+    END LOOP;
+    tier := pgsched.tier_of(due, h.immediate_until, h.hot_until);
+    INSERT INTO pgsched.tasks (
+        id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane, status,
+        max_attempts, scope, product, created_at, updated_at, traceparent, retry_delays
+    ) VALUES (
+        new_id, task_insert_windowed.tenant_id, task_insert_windowed.task_type, due, task_insert_windowed.payload,
+        task_insert_windowed.metadata, task_insert_windowed.priority, task_lane, pgsched.tier_status(tier),
+        task_insert_windowed.max_attempts, task_insert_windowed.scope, task_insert_windowed.product, t, t,
+        task_insert_windowed.traceparent, task_insert_windowed.retry_delays
+    );
+    IF tier = 'IMMEDIATE' THEN
+        PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
+    END IF;
+    RETURN QUERY SELECT new_id, TRUE;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_insert_windowed(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, text, text, interval, interval, text, interval[], timestamp with time zone) IS 'The insert behind unique_for and debounce, after the checks: serialized per (tenant, key) on its task_windows row. unique_for: the window''s task comes back (created false) until the window ends. debounce: a task not started yet takes this call''s payload, metadata and due time (an event records each replacement; created false); otherwise a new task. Returns (task_id, created).';
+REVOKE ALL ON FUNCTION pgsched.task_insert_windowed(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, text, text, interval, interval, text, interval[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_insert_windowed(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, text, text, interval, interval, text, interval[], timestamptz) TO pgsched_admin;
+
 CREATE OR REPLACE FUNCTION pgsched.schedule_tasks(
     task_types text[],
     payloads jsonb[] DEFAULT NULL,
@@ -131,7 +308,10 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_tasks(
     metadatas jsonb[] DEFAULT NULL,
     as_of timestamptz DEFAULT NULL,
     scopes text[] DEFAULT NULL,
-    products text[] DEFAULT NULL
+    products text[] DEFAULT NULL,
+    unique_fors interval[] DEFAULT NULL,
+    debounces interval[] DEFAULT NULL,
+    traceparents text[] DEFAULT NULL
 ) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -144,6 +324,7 @@ DECLARE
     t timestamptz := coalesce(as_of, now());
     bad record;
     bad_text text;
+    one record;
 BEGIN
     SELECT a.argument, a.dimensions INTO bad
       FROM (VALUES
@@ -153,7 +334,8 @@ BEGIN
           (6, 'idempotency_keys', array_ndims(idempotency_keys)),
           (7, 'max_attempts', array_ndims(max_attempts)), (8, 'lanes', array_ndims(lanes)),
           (9, 'metadatas', array_ndims(metadatas)), (10, 'scopes', array_ndims(scopes)),
-          (11, 'products', array_ndims(products))
+          (11, 'products', array_ndims(products)), (12, 'unique_fors', array_ndims(unique_fors)),
+          (13, 'debounces', array_ndims(debounces)), (14, 'traceparents', array_ndims(traceparents))
       ) AS a(position, argument, dimensions)
      WHERE a.dimensions > 1
      ORDER BY a.position
@@ -170,7 +352,9 @@ BEGIN
        OR coalesce(cardinality(tenant_ids), n) <> n OR coalesce(cardinality(priorities), n) <> n
        OR coalesce(cardinality(idempotency_keys), n) <> n OR coalesce(cardinality(max_attempts), n) <> n
        OR coalesce(cardinality(lanes), n) <> n OR coalesce(cardinality(metadatas), n) <> n
-       OR coalesce(cardinality(scopes), n) <> n OR coalesce(cardinality(products), n) <> n THEN
+       OR coalesce(cardinality(scopes), n) <> n OR coalesce(cardinality(products), n) <> n
+       OR coalesce(cardinality(unique_fors), n) <> n OR coalesce(cardinality(debounces), n) <> n
+       OR coalesce(cardinality(traceparents), n) <> n THEN
         RAISE EXCEPTION 'pgsched: every array passed to schedule_tasks must have % elements, like task_types', n
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -230,6 +414,13 @@ BEGIN
         UNION ALL
         SELECT d.ord, pgsched.run_at_problem(d.run_at)
           FROM unnest(run_ats) WITH ORDINALITY AS d(run_at, ord)
+        UNION ALL
+        -- Only a batch that uses the options pays for checking them.
+        SELECT o.ord, pgsched.task_options_problem(o.idempotency_key, o.run_at, o.unique_for, o.debounce,
+                                                   o.traceparent, NULL)
+          FROM unnest(idempotency_keys, run_ats, unique_fors, debounces, traceparents)
+               WITH ORDINALITY AS o(idempotency_key, run_at, unique_for, debounce, traceparent, ord)
+         WHERE unique_fors IS NOT NULL OR debounces IS NOT NULL OR traceparents IS NOT NULL
     )
     SELECT p.ord, p.problem INTO bad
       FROM problems AS p
@@ -244,15 +435,45 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    RETURN QUERY
-    SELECT * FROM pgsched.task_insert_many(
-        task_types, payloads, run_ats, tenant_ids, priorities, idempotency_keys,
-        max_attempts, lanes, metadatas, scopes, products, t);
+    IF unique_fors IS NULL AND debounces IS NULL THEN
+        RETURN QUERY
+        SELECT * FROM pgsched.task_insert_many(
+            task_types, payloads, run_ats, tenant_ids, priorities, idempotency_keys,
+            max_attempts, lanes, metadatas, scopes, products, t, traceparents);
+        RETURN;
+    END IF;
+    -- A batch with windows goes row by row, in order: a key may recur within the batch, and
+    -- each call sees the ones before it.
+    FOR one IN
+        SELECT u.*
+          FROM unnest(task_types, payloads, run_ats, tenant_ids, priorities, idempotency_keys, max_attempts,
+                      lanes, metadatas, scopes, products, unique_fors, debounces, traceparents)
+               WITH ORDINALITY AS u(task_type, payload, run_at, tenant_id, priority, idempotency_key, max_attempts,
+                                    lane, metadata, scope, product, unique_for, debounce, traceparent, ord)
+         ORDER BY u.ord
+    LOOP
+        IF one.unique_for IS NULL AND one.debounce IS NULL THEN
+            RETURN QUERY
+            SELECT one.ord, i.task_id, i.created
+              FROM pgsched.task_insert_many(
+                  ARRAY[one.task_type], ARRAY[one.payload], ARRAY[one.run_at], ARRAY[one.tenant_id],
+                  ARRAY[one.priority], ARRAY[one.idempotency_key], ARRAY[one.max_attempts], ARRAY[one.lane],
+                  ARRAY[one.metadata], ARRAY[one.scope], ARRAY[one.product], t, ARRAY[one.traceparent]) AS i;
+        ELSE
+            RETURN QUERY
+            SELECT one.ord, i.task_id, i.created
+              FROM pgsched.task_insert_windowed(
+                  one.task_type, coalesce(one.payload, '{}'), one.run_at, coalesce(one.tenant_id, 'default'),
+                  coalesce(one.priority, 5), one.idempotency_key, coalesce(one.max_attempts, 3), one.lane,
+                  coalesce(one.metadata, '{}'), coalesce(one.scope, 'tenant'), one.product, one.unique_for,
+                  one.debounce, one.traceparent, NULL, t) AS i;
+        END IF;
+    END LOOP;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[]) IS 'Schedule many tasks in one statement: parallel arrays, one element per task (every array one-dimensional), with the checks, routing and idempotency of schedule_task. Returns (ordinal, task_id, created) per input row, ordinal 1-based. One bad row refuses the whole batch, naming it: row N of the batch.';
-REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[]) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[], interval[], interval[], text[]) IS 'Schedule many tasks in one statement: parallel arrays, one element per task (every array one-dimensional), with the checks, routing, idempotency, windows (unique_fors, debounces) and trace contexts of schedule_task. Returns (ordinal, task_id, created) per input row, ordinal 1-based. One bad row refuses the whole batch, naming it: row N of the batch. A batch with windows is scheduled row by row, in order.';
+REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Schedule one task; returns its id and whether this call created it (false: the tenant
 -- already used this idempotency key, and that task's id comes back, unchanged). Same
@@ -269,7 +490,11 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_task_ex(
     metadata jsonb DEFAULT '{}',
     as_of timestamptz DEFAULT NULL,
     scope text DEFAULT 'tenant',
-    product text DEFAULT NULL
+    product text DEFAULT NULL,
+    unique_for interval DEFAULT NULL,
+    debounce interval DEFAULT NULL,
+    traceparent text DEFAULT NULL,
+    retry_delays interval[] DEFAULT NULL
 ) RETURNS TABLE (task_id bigint, created boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -301,6 +526,26 @@ BEGIN
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF schedule_task_ex.unique_for IS NOT NULL OR schedule_task_ex.debounce IS NOT NULL
+       OR schedule_task_ex.traceparent IS NOT NULL OR schedule_task_ex.retry_delays IS NOT NULL THEN
+        problem := pgsched.task_options_problem(
+            schedule_task_ex.idempotency_key, schedule_task_ex.run_at, schedule_task_ex.unique_for,
+            schedule_task_ex.debounce, schedule_task_ex.traceparent, schedule_task_ex.retry_delays);
+        IF problem IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF schedule_task_ex.unique_for IS NOT NULL OR schedule_task_ex.debounce IS NOT NULL THEN
+            RETURN QUERY
+            SELECT * FROM pgsched.task_insert_windowed(
+                schedule_task_ex.task_type, coalesce(schedule_task_ex.payload, '{}'), schedule_task_ex.run_at,
+                owner, coalesce(schedule_task_ex.priority, 5), schedule_task_ex.idempotency_key,
+                coalesce(schedule_task_ex.max_attempts, 3), schedule_task_ex.lane,
+                coalesce(schedule_task_ex.metadata, '{}'), coalesce(schedule_task_ex.scope, 'tenant'),
+                schedule_task_ex.product, schedule_task_ex.unique_for, schedule_task_ex.debounce,
+                schedule_task_ex.traceparent, schedule_task_ex.retry_delays, t);
+            RETURN;
+        END IF;
+    END IF;
     new_id := nextval('pgsched.task_id_seq');
     IF schedule_task_ex.idempotency_key IS NOT NULL THEN
         INSERT INTO pgsched.idempotency_keys AS k (tenant_id, idempotency_key, task_id, created_at)
@@ -318,13 +563,14 @@ BEGIN
     task_lane := pgsched.lane_for(coalesce(schedule_task_ex.priority, 5), schedule_task_ex.lane);
     INSERT INTO pgsched.tasks (
         id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane, status,
-        max_attempts, idempotency_key, scope, product, created_at, updated_at
+        max_attempts, idempotency_key, scope, product, created_at, updated_at, traceparent, retry_delays
     ) VALUES (
         new_id, owner, schedule_task_ex.task_type, due, coalesce(schedule_task_ex.payload, '{}'),
         coalesce(schedule_task_ex.metadata, '{}'), coalesce(schedule_task_ex.priority, 5), task_lane,
         pgsched.tier_status(tier),
         coalesce(schedule_task_ex.max_attempts, 3), schedule_task_ex.idempotency_key,
-        coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product, t, t
+        coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product, t, t,
+        schedule_task_ex.traceparent, schedule_task_ex.retry_delays
     );
     IF tier = 'IMMEDIATE' THEN
         PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
@@ -332,9 +578,9 @@ BEGIN
     RETURN QUERY SELECT new_id, TRUE;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key (that task''s id comes back, unchanged).';
-REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[]) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key, or the key''s unique window or debounced task is still open (that task''s id comes back; a debounced one with this call''s payload and due time).';
+REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Schedule one task; returns its id (the existing task's id when the tenant already used
 -- this idempotency key: schedule_task_ex says which).
@@ -350,7 +596,11 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_task(
     metadata jsonb DEFAULT '{}',
     as_of timestamptz DEFAULT NULL,
     scope text DEFAULT 'tenant',
-    product text DEFAULT NULL
+    product text DEFAULT NULL,
+    unique_for interval DEFAULT NULL,
+    debounce interval DEFAULT NULL,
+    traceparent text DEFAULT NULL,
+    retry_delays interval[] DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql
 SECURITY DEFINER
@@ -361,11 +611,12 @@ AS $$
           schedule_task.task_type, schedule_task.payload, schedule_task.run_at, schedule_task.tenant_id,
           schedule_task.priority, schedule_task.idempotency_key, schedule_task.max_attempts,
           schedule_task.lane, schedule_task.metadata, schedule_task.as_of, schedule_task.scope,
-          schedule_task.product) AS e
+          schedule_task.product, schedule_task.unique_for, schedule_task.debounce, schedule_task.traceparent,
+          schedule_task.retry_delays) AS e
 $$;
-COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs.';
-REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[]) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs. With idempotency_key, unique_for => interval makes the key name its task only for that long (a new task after), and debounce => interval makes a burst of calls one task, due debounce after the last call, with the last call''s payload. traceparent (a W3C trace context) and retry_delays (the waits after failed attempts 1, 2, ...; the last repeats) are stored with the task and handed to its worker.';
+REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Why a due time is refused, or NULL. The margins keep every reading of the value, in any
 -- session time zone, inside what clients can represent (Python: years 1 to 9999).

@@ -92,10 +92,15 @@ def test_upgrade_from_v33_equals_a_fresh_install(
 
     after = catalogue(pg_server, old)
     assert after == catalogue(pg_server, fresh)
-    # The upgrade changed nothing of what 0001..0033 made: it added only its own table.
-    assert re.sub(r"(?s)\n--\n-- Name: (TABLE )?schema_code.*?(?=\n--\n-- Name: )", "", after) == (
-        before
-    ), "the upgrade changed a v33 object"
+
+    # The upgrade lost nothing of what 0001..0033 made: every object is still there, by name
+    # (0034 only added its own table; later migrations change some objects on purpose, each
+    # saying why, as a fresh install has them).
+    def names(text: str) -> set[str]:
+        return set(re.findall(r"\n-- Name: ([^(;]+)", text))
+
+    assert {"tasks", "schedule_task", "task_claim_many"} <= names(before)
+    assert names(before) <= names(after), "the upgrade lost a v33 object"
     assert migrate(old).applied == []
 
 
