@@ -27,7 +27,9 @@ SELECT
             AND cw.tenant_id = c.tenant_id
             AND cw.task_type = c.task_type
             AND cw.idempotency_key = c.idempotency_key
-    ) AS done_by
+    ) AS done_by,
+    c.traceparent,
+    c.retry_delays
 FROM pgsched.task_claim_many(
     %(lane)s, %(max_tasks)s, %(worker)s, %(lease)s, %(as_of)s
 ) AS c;
