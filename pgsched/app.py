@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pgsched import producer
+from pgsched import producer, tracing
 from pgsched.dsn import resolve_dsn
 from pgsched.errors import InvalidLimitError, translate
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
@@ -185,15 +185,17 @@ class App:
         each call that replaced the waiting task's payload). `traceparent` is the W3C trace
         context of the request scheduling the task; `retry_delays` the waits after failed
         attempts 1, 2, ... (the last repeats), instead of the handler's."""
-        call = producer.schedule_call(task_type, payload, **options)
-        with self._connection(conn) as c:
-            try:
-                with c.cursor(row_factory=dict_row) as cur:
-                    row = cur.execute(query(call.name), call.params).fetchone()
-            except psycopg.Error as exc:
-                raise translate(exc) from exc
-            scheduled = producer.scheduled_task(row)
-            self._after_commit(c, conn is None, [scheduled])
+        with tracing.scheduling(task_type, options) as traced:
+            call = producer.schedule_call(task_type, payload, **options)
+            with self._connection(conn) as c:
+                try:
+                    with c.cursor(row_factory=dict_row) as cur:
+                        row = cur.execute(query(call.name), call.params).fetchone()
+                except psycopg.Error as exc:
+                    raise translate(exc) from exc
+                scheduled = producer.scheduled_task(row)
+                self._after_commit(c, conn is None, [scheduled])
+            tracing.scheduled(traced, scheduled)
         return scheduled
 
     def schedule_many(
@@ -211,15 +213,18 @@ class App:
         specs = producer.task_specs(tasks)
         ids: list[ScheduledTask] = []
         start = 0
-        with self._connection(conn) as c:
-            try:
-                with c.transaction():
-                    for start in range(0, len(specs), chunk_size):
-                        ids.extend(self._schedule_chunk(c, specs[start : start + chunk_size]))
-            except psycopg.Error as exc:
-                chunk = len(specs[start : start + chunk_size])
-                raise producer.callers_row(translate(exc), start, chunk) from exc
-            self._after_commit(c, conn is None, ids)
+        with tracing.scheduling_many(specs) as traced:
+            specs = tracing.traced_specs(traced, specs)
+            with self._connection(conn) as c:
+                try:
+                    with c.transaction():
+                        for start in range(0, len(specs), chunk_size):
+                            chunk = specs[start : start + chunk_size]
+                            ids.extend(self._schedule_chunk(c, chunk))
+                except psycopg.Error as exc:
+                    count = len(specs[start : start + chunk_size])
+                    raise producer.callers_row(translate(exc), start, count) from exc
+                self._after_commit(c, conn is None, ids)
         return ids
 
     @staticmethod

@@ -35,7 +35,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from pgsched import producer
+from pgsched import producer, tracing
 from pgsched.dsn import resolve_dsn
 from pgsched.errors import translate
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
@@ -150,8 +150,11 @@ class AsyncApp:
         **options: Unpack[ScheduleOptions],
     ) -> ScheduledTask:
         """App.schedule, awaited; `conn` is a caller's AsyncConnection."""
-        call = producer.schedule_call(task_type, payload, **options)
-        return producer.scheduled_task(await self._one(call, conn))
+        with tracing.scheduling(task_type, options) as traced:
+            call = producer.schedule_call(task_type, payload, **options)
+            scheduled = producer.scheduled_task(await self._one(call, conn))
+            tracing.scheduled(traced, scheduled)
+        return scheduled
 
     async def schedule_many(
         self,
@@ -164,6 +167,18 @@ class AsyncApp:
         caller's, on `conn`); one invalid task refuses the whole call."""
         specs = producer.task_specs(tasks)
         ids: list[ScheduledTask] = []
+        with tracing.scheduling_many(specs) as traced:
+            specs = tracing.traced_specs(traced, specs)
+            await self._schedule_chunks(specs, chunk_size, conn, ids)
+        return ids
+
+    async def _schedule_chunks(
+        self,
+        specs: list[TaskSpec],
+        chunk_size: int,
+        conn: AsyncConn | None,
+        ids: list[ScheduledTask],
+    ) -> None:
         start = 0
         async with self._connection(conn) as c:
             try:
@@ -178,7 +193,6 @@ class AsyncApp:
             except psycopg.Error as exc:
                 chunk = len(specs[start : start + chunk_size])
                 raise producer.callers_row(translate(exc), start, chunk) from exc
-        return ids
 
     async def schedule_recurring(
         self,

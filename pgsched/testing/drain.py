@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 
 import psycopg
 
+from pgsched import tracing
 from pgsched.errors import ConfigError
 from pgsched.handlers import TaskRow
 from pgsched.lanes import WORK_LANES
@@ -261,8 +263,11 @@ def _claim(
     if room <= 0:
         return []
     params = {"lane": lane, "max_tasks": room, "worker": WORKER_ID, "lease": LEASE, "as_of": as_of}
+    started = time.time_ns()
     with conn.cursor(row_factory=task_rows) as cur:
-        return cur.execute(query("testing_claim_due"), params).fetchall()
+        tasks = cur.execute(query("testing_claim_due"), params).fetchall()
+    tracing.claimed(lane, tasks, started)
+    return tasks
 
 
 def _write(

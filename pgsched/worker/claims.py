@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,7 @@ import psycopg
 from psycopg.adapt import Buffer, Loader, Transformer
 from psycopg.pq import Format
 
+from pgsched import tracing
 from pgsched.handlers import TaskRow
 from pgsched.queries import query
 
@@ -140,11 +142,14 @@ async def claim_many(
 ) -> tuple[list[TaskRow], list[UndecodableRow]]:
     """Claim up to `max_tasks` due tasks of `lane`: the rows to run, and the ones that
     cannot be decoded (claimed too: the caller records their failure)."""
+    started = time.time_ns()
     cur = await conn.execute(
         query("task_claim_many"),
         {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
     )
-    return await _claimed_rows(conn, cur)
+    claimed = await _claimed_rows(conn, cur)
+    tracing.claimed(lane, claimed[0], started)
+    return claimed
 
 
 async def lane_next_due(
@@ -163,11 +168,14 @@ async def claim_ids(
 ) -> tuple[list[TaskRow], list[UndecodableRow]]:
     """Claim exactly these tasks of `lane` (ids from the Redis hot tier), those still QUEUED
     and due; the others are skipped. Returns what `claim_many` returns."""
+    started = time.time_ns()
     cur = await conn.execute(
         query("task_claim_ids"),
         {"lane": lane, "ids": ids, "worker": worker, "lease": lease},
     )
-    return await _claimed_rows(conn, cur)
+    claimed = await _claimed_rows(conn, cur)
+    tracing.claimed(lane, claimed[0], started)
+    return claimed
 
 
 async def _claimed_rows(

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from pgsched import tracing
 from pgsched.handlers import CancelFlag, Registration, TaskContext, TaskRow, call_step
 from pgsched.observability.logs import (
     attempt_started,
@@ -213,13 +214,17 @@ class TaskRunner:
         self._dsn = dsn
         self._worker_id = worker_id
         self._registration_for = registration_for
-        self._record = record
+        self._record = tracing.recording(record)
         self._written = written
         self._connections = connections
 
     async def run(self, task: TaskRow, cancel: CancelFlag | None = None) -> None:
         """Run `task` to exactly one outcome, whatever fails on the way. `cancel` is set
         when the task is asked to stop (pgsched/worker/cancels.py)."""
+        with tracing.executing(task):
+            await self._run_once(task, cancel)
+
+    async def _run_once(self, task: TaskRow, cancel: CancelFlag | None) -> None:
         running_task.set(task)
         attempt_started.set(time.monotonic())
         cancel = cancel if cancel is not None else CancelFlag()
