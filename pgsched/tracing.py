@@ -46,6 +46,19 @@ log = logging.getLogger("pgsched.tracing")
 
 ENV_SWITCH = "PGSCHED_OTEL"
 TRACER_NAME = "pgsched"
+# The names pgsched's spans and attributes use (the docs name them too).
+SPAN_NAMES = ("pgsched.schedule", "pgsched.schedule_many", "pgsched.claim", "pgsched.execute")
+ATTRIBUTE_NAMES = (
+    "pgsched.task.id",
+    "pgsched.task.type",
+    "pgsched.lane",
+    "pgsched.tenant",
+    "pgsched.attempt",
+    "pgsched.outcome",
+    "pgsched.created",
+    "pgsched.count",
+    "pgsched.claim.batch",
+)
 
 # The tracer when on; decided at the first hook (or by enable/disable).
 _tracer: Tracer | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pgsched import tracing
 from tests.support.paths import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
@@ -19,7 +20,9 @@ README = REPO_ROOT / "README.md"
 # `pgsched.X` names that are neither schema objects nor Python modules: the entry-point
 # group `pgsched bench` finds the suite through, and the session setting a transactional
 # handler's connection carries.
-NOT_SCHEMA_OBJECTS = {"bench", "tenant_id"}
+# pgsched.claim, pgsched.task.id ...: OpenTelemetry span and attribute names.
+TRACING_NAMES = {name.split(".")[1] for name in (*tracing.SPAN_NAMES, *tracing.ATTRIBUTE_NAMES)}
+NOT_SCHEMA_OBJECTS = {"bench", "tenant_id", *TRACING_NAMES}
 
 
 def _pages() -> list[Path]:
