@@ -90,7 +90,10 @@ def test_upgrade_applies_only_what_is_missing(
     migrate(straight)
 
     stepped = new_database()
+    # An earlier release: its migrations, without today's code files (which may use the
+    # tables of the later migrations).
     monkeypatch.setattr(migrations_module, "migrations", lambda: migrations()[:1])
+    monkeypatch.setattr(migrations_module, "code_files", lambda: [])
     assert migrate(stepped).applied == SHIPPED[:1]
     monkeypatch.undo()
     assert migrate(stepped).applied == SHIPPED[1:]
