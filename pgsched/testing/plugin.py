@@ -151,7 +151,7 @@ def load_app(target: str) -> Any:
     """`module:attribute` -> the object (an App)."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise pytest.UsageError(f"pgsched_app: expected module:attribute, got {target!r}")
+        pytest.fail(f"pgsched_app: expected module:attribute, got {target!r}", pytrace=False)
     obj: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         obj = getattr(obj, part)
@@ -167,7 +167,15 @@ def pgsched_app(pytestconfig: pytest.Config, pgsched_dsn: str) -> Iterator[Any]:
             "(module:attribute of your App)",
             pytrace=False,
         )
-    app = load_app(str(target))
+    try:
+        app = load_app(str(target))
+    except (ImportError, AttributeError) as exc:
+        pytest.fail(f"pgsched.testing: pgsched_app = {target}: {exc}", pytrace=False)
+    if not hasattr(app, "_dsn") or not hasattr(app, "registry"):
+        pytest.fail(
+            f"pgsched.testing: pgsched_app = {target} is a {type(app).__name__}, not a pgsched App",
+            pytrace=False,
+        )
     before = app._dsn
     app._dsn = pgsched_dsn
     try:

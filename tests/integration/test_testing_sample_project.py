@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.support.paths import REPO_ROOT
 
@@ -91,4 +92,22 @@ def test_without_a_server_the_plugin_says_what_to_set(tmp_path: Any) -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "no Postgres server to test on: pass --pgsched-dsn" in done.stdout
+    assert "Traceback" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        ("shop.nothing:app", "pgsched_app = shop.nothing:app: No module named 'shop.nothing'"),
+        ("shop.tasks:nothing", "pgsched_app = shop.tasks:nothing: module 'shop.tasks' has no"),
+        ("shop.tasks:SENT", "pgsched_app = shop.tasks:SENT is a list, not a pgsched App"),
+        ("shop.tasks", "pgsched_app: expected module:attribute, got 'shop.tasks'"),
+    ],
+)
+def test_a_wrong_pgsched_app_is_named(pg_server: Any, target: str, said: str) -> None:
+    done = _run(
+        pg_server, "-o", f"pgsched_app={target}", "tests/test_orders.py::test_the_receipt_is_sent"
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert said in done.stdout
     assert "Traceback" not in done.stdout
