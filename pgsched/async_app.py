@@ -39,6 +39,7 @@ from pgsched import producer, tracing
 from pgsched.dsn import resolve_dsn
 from pgsched.errors import translate
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
+from pgsched.pools import PromptAsyncPool
 from pgsched.producer import CancelWhereOptions, RecurringOptions, ScheduleOptions
 from pgsched.queries import column_index, query
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
@@ -112,7 +113,7 @@ class AsyncApp:
         async with self._opening:
             if self._pool is None or self._pool_loop is not loop:
                 # A pool of another loop is left behind: its loop is gone or not ours.
-                pool = AsyncConnectionPool(
+                pool = PromptAsyncPool(
                     self.dsn,
                     min_size=self._min_size,
                     max_size=self._max_size,

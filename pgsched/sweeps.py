@@ -51,6 +51,9 @@ from pgsched.startup import connect, first_line, retry_delay, wait_for_current_s
 
 log = logging.getLogger("pgsched.sweeps")
 
+# How often a sweeper that lost the database tries it again.
+OUTAGE_PROBE_S = 1.0
+
 CHUNK_TIMINGS = 1000
 
 
@@ -346,16 +349,20 @@ class Sweeper:
                     )
                     self.is_leader = False
                 attempt = 1 if self._connected else attempt + 1
-                delay = retry_delay(attempt)
+                # A probe on a short fixed interval, not a growing backoff: after a failover
+                # the lead is taken back within about a second of the database answering
+                # (and the old lease running out), however long the outage was.
+                delay = min(retry_delay(attempt), OUTAGE_PROBE_S)
                 if self._unreachable_since is None:
                     self._unreachable_since = time.monotonic()
-                log.warning(
-                    "sweeper cannot reach the database (attempt %d: %s); retrying in %.1fs",
-                    attempt,
-                    first_line(exc),
-                    delay,
-                    extra={"event": "database_unreachable", "error": first_line(exc)},
-                )
+                if attempt & (attempt - 1) == 0:  # attempts 1, 2, 4, 8 ...: a few lines
+                    log.warning(
+                        "sweeper cannot reach the database (attempt %d: %s); retrying every %.1fs",
+                        attempt,
+                        first_line(exc),
+                        delay,
+                        extra={"event": "database_unreachable", "error": first_line(exc)},
+                    )
                 self._stop.wait(delay)
                 continue
             if self.is_leader:

@@ -800,6 +800,19 @@ LIMIT 5;
 -- name: doctor_db_clock
 SELECT clock_timestamp() AS db_now;
 
+-- name: doctor_replication
+-- The standbys streaming from this server, how many a commit waits for, and whether
+-- commits wait at all: what a failover to one of them can lose.
+SELECT
+    pg_catalog.pg_is_in_recovery() AS in_recovery,
+    pg_catalog.current_setting('synchronous_commit') AS synchronous_commit,
+    pg_catalog.current_setting('synchronous_standby_names') AS synchronous_standby_names,
+    (SELECT count(*) FROM pg_catalog.pg_stat_replication) AS standbys,
+    (
+        SELECT count(*) FROM pg_catalog.pg_stat_replication
+        WHERE sync_state IN ('sync', 'quorum')
+    ) AS synchronous_standbys;
+
 -- name: queue_depth_lanes
 -- The sweeper leader's gauges, per lane: QUEUED work already due and how long the oldest has
 -- waited. One range probe of the claim index per (lane, priority) reads the due entries

@@ -33,6 +33,15 @@ from tests.support.chaos_harness import Figures, Scenario, cluster
 
 Run = Callable[[Scenario], Figures]
 
+FAILOVER_NOTES = (
+    "outage_s",
+    "doctor_replication",
+    "leader_back_s",
+    "minutes",
+    "schedule_fired",
+    "schedule_run_twice",
+)
+
 # name, scenario, what the notes column shows
 LONG_FORM: list[tuple[str, Run, tuple[str, ...]]] = [
     (
@@ -121,6 +130,14 @@ LONG_FORM: list[tuple[str, Run, tuple[str, ...]]] = [
             "cut_off",
         ),
     ),
+    *[
+        (
+            f"failover_{'sync' if synchronous else 'async'}_{after}s",
+            partial(scenarios.failover, synchronous=synchronous, promote_after=after, seconds=130),
+            FAILOVER_NOTES,
+        )
+        for synchronous, after in ((True, 0), (True, 20), (True, 40), (False, 0), (False, 20))
+    ],
     (
         "redis_faults",
         partial(scenarios.redis_faults, seconds=120),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import signal
@@ -22,6 +23,7 @@ from psycopg.conninfo import make_conninfo
 from tests.support.chaos_harness import (
     APP,
     FINAL,
+    PGSCHED,
     Cluster,
     Figures,
     Producer,
@@ -1037,3 +1039,126 @@ def point_in_time_restore(s: Scenario, *, seconds: float) -> Figures:
     )
     print(figures.line(), flush=True)
     return figures
+
+
+def _replicating(s: Scenario, name: str, synchronous: bool) -> bool:
+    row = s.execute(
+        "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s"
+        " AND state = 'streaming'",
+        (name,),
+    ).fetchone()
+    return row is not None and (row[0] == "sync" or not synchronous)
+
+
+def _logged_times(worker: WorkerProcess, text: str) -> list[float]:
+    """When the worker logged lines containing `text` (the log's own timestamps)."""
+    times = []
+    for line in worker.log().splitlines():
+        if text in line:
+            with suppress(ValueError):
+                times.append(datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return times
+
+
+def failover(s: Scenario, *, synchronous: bool, promote_after: float, seconds: float) -> Figures:
+    """Two workers (one also leading the sweeps) and a producer, all on a multi-host DSN
+    (`host=primary,standby target_session_attrs=read-write`), under load; the primary is
+    killed (-m immediate) and its streaming standby (synchronous or not) promoted
+    `promote_after` seconds later. Counted: tasks acknowledged to the producer vs
+    completed on the new primary, lost, run twice; recovery is from the promotion to the
+    first handler start; the sweep leadership's return is measured from the promotion."""
+    name = "pgsched_chaos_standby"
+    primary = s.cluster
+    replication = ["wal_level=replica", "full_page_writes=on", "max_wal_senders=5"]
+    if synchronous:
+        replication.append(f"synchronous_standby_names='{name}'")
+    primary.restart("fast", settings=replication)
+    primary.wait_accepting()
+    standby = primary.standby(name)
+    try:
+        wait_for(lambda: _replicating(s, name, synchronous), 60, "the standby to stream")
+        both = make_conninfo(
+            host=f"{primary.host},{standby.host}",
+            port=f"{primary.port},{standby.port}",
+            user="postgres",
+            dbname=s.dbname,
+            target_session_attrs="read-write",
+            connect_timeout="2",
+        )
+        env = {**s.env, "PGSCHED_DSN": both}
+        # From here on the scenario's own reads follow the primary too.
+        s.dsn, s._monitor = both, None
+        # A schedule firing every minute across the switch: once each, never twice.
+        schedule_id = s.execute(
+            "SELECT pgsched.schedule_recurring('work', '* * * * *',"
+            " payload => '{\"seconds\": 0.01}'::jsonb)"
+        ).fetchone()[0]
+        began = time.time()
+        leader = s.workers.start("F0", app=APP, lease=3.0, extra=["--sweeps"], env=env)
+        s.workers.start("F1", app=APP, lease=3.0, env=env)
+        for w in s.workers.started:
+            w.wait_running()
+        doctor = subprocess.run(
+            [PGSCHED, "doctor", "--json"],
+            env={**s.env, "PGSCHED_DSN": primary.dsn(s.dbname)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        said: dict[str, Any] = next(
+            c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "replication"
+        )
+        with Producer(both, 30, _work(0.1)) as producer:
+            time.sleep(seconds / 2)
+            acknowledged_before_kill = len(producer.ids)
+            primary.stop_server()
+            killed = time.time()
+            time.sleep(promote_after)
+            standby.promote()
+            promoted = time.time()
+            ran = wait_for(
+                lambda: s.first_run_after(promoted), 120, "a handler to run after the promotion"
+            )
+            time.sleep(seconds / 2)
+        final = s.settle(producer.ids, 90)
+
+        def led_again() -> list[float]:
+            led = _logged_times(leader, "sweeper became leader")
+            return [round(at - promoted, 2) for at in led if at >= promoted]
+
+        # The old leader's lease (restored with the standby) runs out first: up to 15 s.
+        with suppress(AssertionError):
+            wait_for(led_again, 40, "the sweep lead to be taken again")
+        ended = time.time()
+        occurrences = s.execute(
+            "SELECT outcome, task_id FROM pgsched.schedule_occurrences WHERE schedule_id = %s",
+            (schedule_id,),
+        ).fetchall()
+        fired = [task_id for outcome, task_id in occurrences if outcome == "ARMED"]
+        schedule_runs = Counter(tid for tid, _, _, _ in s.runs() if tid in set(fired))
+        return s.figures(
+            producer.ids,
+            final,
+            recovery_s=ran - promoted,
+            synchronous=synchronous,
+            outage_s=round(promoted - killed, 1),
+            doctor_replication=said["result"],
+            acknowledged_before_kill=acknowledged_before_kill,
+            refused_during_outage=producer.refused,
+            leader_before=any(at < killed for at in _logged_times(leader, "sweeper became leader")),
+            leader_back_s=next(iter(led_again()), None),
+            minutes=int(ended // 60 - began // 60),
+            schedule_fired=len(fired),
+            schedule_missed=sum(1 for outcome, _ in occurrences if outcome == "MISSED"),
+            schedule_run_twice=sum(n - 1 for n in schedule_runs.values() if n > 1),
+            workers_alive=sum(w.alive() for w in s.workers.started),
+        )
+    finally:
+        s.workers.close()
+        s.dsn, s._monitor = primary.dsn(s.dbname), None
+        standby.stop()
+        # The shared cluster comes back, under its own settings, for the next scenario.
+        with suppress(Exception):
+            primary.stop_server()
+        primary.start_server()
+        primary.wait_accepting()

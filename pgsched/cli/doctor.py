@@ -73,7 +73,7 @@ class Check:
 @json_output("checks and verdict")
 @click.pass_obj
 def doctor(state: CliState, max_xact_age: float, max_skew: float, as_json: bool) -> None:
-    """Check database, roles, schema, sweeper, vacuum, partitions, leases, clocks; 1 on fail."""
+    """Check database, roles, schema, sweeper, vacuum, partitions, leases, clock, replication."""
     checks = run_checks(state.database(), max_xact_age, max_skew)
     failed = any(c.result == "fail" for c in checks)
     if as_json:
@@ -115,6 +115,7 @@ def run_checks(dsn: str, max_xact_age: float, max_skew: float) -> list[Check]:
         checks.append(_guarded("xmin", lambda: _xmin(conn, max_xact_age)))
         checks.append(_leases(findings.lease_expired, findings.leader is not None))
         checks.append(_clock(conn, max_skew))
+        checks.append(_guarded("replication", lambda: _replication(conn)))
     return checks
 
 
@@ -329,3 +330,42 @@ def _clock(conn: psycopg.Connection[Any], max_skew: float) -> Check:
     if abs(skew) - margin > max_skew:
         return Check("clock", "warn", detail)
     return Check("clock", "pass", detail)
+
+
+def _replication(conn: psycopg.Connection[Any]) -> Check:
+    """What a failover to a standby would lose: nothing acknowledged when commits wait for
+    a synchronous standby; the last commits not yet replayed there when they do not."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("doctor_replication")).fetchone()
+    assert row is not None
+    if row["in_recovery"]:
+        return Check(
+            "replication", "warn", "this server is a standby: point pgsched at the primary"
+        )
+    if not row["standbys"]:
+        return Check(
+            "replication",
+            "pass",
+            "no streaming standby: a failover needs one (docs: operations/failover)",
+        )
+    waits = row["synchronous_commit"] not in ("off", "local")
+    if row["synchronous_standbys"] and waits:
+        return Check(
+            "replication",
+            "pass",
+            f"{row['standbys']} standby(s), {row['synchronous_standbys']} synchronous: a"
+            " failover to a synchronous one loses no acknowledged commit",
+        )
+    why = (
+        f"synchronous_commit = {row['synchronous_commit']}"
+        if row["synchronous_standbys"]
+        else "no synchronous standby (synchronous_standby_names is"
+        f" {row['synchronous_standby_names'] or 'empty'})"
+    )
+    return Check(
+        "replication",
+        "warn",
+        f"{row['standbys']} standby(s), replication asynchronous ({why}): a failover loses"
+        " the last commits not yet replayed on the standby, tasks already acknowledged to"
+        " producers among them; set synchronous_standby_names (and synchronous_commit = on)",
+    )

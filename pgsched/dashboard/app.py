@@ -42,6 +42,7 @@ from starlette.templating import Jinja2Templates
 
 from pgsched.cron import CronError, parse
 from pgsched.dashboard.security import CSRF_COOKIE, CSRF_FIELD, CsrfTokens, TokenAuth
+from pgsched.pools import PromptAsyncPool
 from pgsched.queries import query
 
 HERE = Path(__file__).resolve().parent
@@ -163,7 +164,7 @@ class Database:
 
     def __init__(self, config: DashboardConfig) -> None:
         reader_options = "-c default_transaction_read_only=on -c plan_cache_mode=force_custom_plan"
-        self.reads = AsyncConnectionPool(
+        self.reads = PromptAsyncPool(
             config.read_dsn or config.dsn,
             min_size=1,
             max_size=config.pool_size,
@@ -172,7 +173,7 @@ class Database:
         )
         self.writes: AsyncConnectionPool | None = None
         if not config.read_only:
-            self.writes = AsyncConnectionPool(
+            self.writes = PromptAsyncPool(
                 config.dsn,
                 min_size=0,
                 max_size=2,

@@ -11,6 +11,7 @@ import contextvars
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pgsched.handlers import TaskRow
@@ -167,10 +168,17 @@ class Reachability:
     """One line when the database stops answering a process, one when it answers again
     (with how long it was gone), instead of a line per failed statement only."""
 
-    def __init__(self, process: str, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        process: str,
+        logger: logging.Logger,
+        on_back: Callable[[], object] | None = None,
+    ) -> None:
         self._process = process
         self._log = logger
         self._down_since: float | None = None
+        # Told when the database answers again (the lane's pools reconnect at once).
+        self._on_back = on_back
 
     def failed(self, exc: BaseException) -> None:
         if self._down_since is not None:
@@ -195,3 +203,5 @@ class Reachability:
             down,
             extra={"event": "database_back", "fields": {"down_s": round(down, 1)}},
         )
+        if self._on_back is not None:
+            self._on_back()

@@ -23,6 +23,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from pgsched.pools import PromptAsyncPool, PromptPool
+
 log = logging.getLogger("pgsched.worker.connections")
 
 
@@ -38,7 +40,7 @@ def looks_dead(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> 
     return bool(readable)
 
 
-class CheckedAsyncPool(AsyncConnectionPool):
+class CheckedAsyncPool(PromptAsyncPool):
     """An AsyncConnectionPool whose checkout discards connections that died idle."""
 
     # What open_async_pool grows the pool to once it holds its first connection.
@@ -60,7 +62,7 @@ class CheckedAsyncPool(AsyncConnectionPool):
             return conn
 
 
-class CheckedPool(ConnectionPool):
+class CheckedPool(PromptPool):
     """A ConnectionPool whose checkout discards connections that died idle."""
 
     # Set once the server has given this pool a connection (see `sync_pool`).

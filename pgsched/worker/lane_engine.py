@@ -32,6 +32,7 @@ from pgsched.hot_tier.worker_side import open_hot_tier
 from pgsched.lanes import Lane
 from pgsched.observability.logs import Reachability, task_fields
 from pgsched.observability.metrics import WorkerMetrics
+from pgsched.pools import PromptAsyncPool, PromptPool
 from pgsched.queries import query
 from pgsched.worker.cancels import CancelRequests
 from pgsched.worker.claim_loop import LaneLoop
@@ -170,6 +171,13 @@ class LaneEngine:
             self.started.set_result(False)
         self.finished.set_result(None)
 
+    def _reconnect_now(self) -> None:
+        """The database answers again (the listener, the lane's probe, got in): the pools
+        reconnect now rather than when their own retry delay ends (a failover's promoted
+        standby is found by the multi-host DSN on the first attempt)."""
+        for pool in self._pools:
+            pool.reconnect_now()
+
     async def _run(self) -> None:
         self._stop = asyncio.Event()
         loop = self._loop = asyncio.get_running_loop()
@@ -179,11 +187,14 @@ class LaneEngine:
         config = self.config
         # A Redis that may evict is refused here, before anything else starts (ConfigError).
         hot_tier = await asyncio.to_thread(open_hot_tier, config.hot_tier)
+        self._pools: list[PromptAsyncPool | PromptPool] = []
         wakeups = Wakeups(
             config.listen_target(self.dsn),
             (lane,),
             on_cancel=self._on_cancel_requested,
-            reachability=Reachability(f"worker {self.worker_id} lane {lane.value}", log),
+            reachability=Reachability(
+                f"worker {self.worker_id} lane {lane.value}", log, on_back=self._reconnect_now
+            ),
         )
         listen = asyncio.create_task(wakeups.run(), name=f"pgsched-listen-{lane.value}")
         with contextlib.suppress(TimeoutError):
@@ -201,6 +212,9 @@ class LaneEngine:
             name=f"pgsched-{lane.value.lower()}",
         )
         plain_pool = self._plain_pool if self._open_plain_pool else None
+        self._pools = [pool]
+        if isinstance(self._plain_pool, PromptPool):  # shared by the lanes: any may tell it
+            self._pools.append(self._plain_pool)
         if not await open_async_pool(pool, self._stop, plain_pool=plain_pool):
             listen.cancel()
             await pool.close()

@@ -8,10 +8,12 @@ one, it runs on a direct connection (`--listen-dsn`), or nowhere (`--listen-dsn 
 wake-ups, the lanes find new work at their next poll).
 
 One dedicated autocommit connection (TCP keepalives on) listens to the lanes' channels.
-When it drops (server restart, `pg_terminate_backend`, network) it reconnects with
-backoff, and wakes every lane once on reconnecting, since notifications sent while it was
-gone are lost. Its connection attempts are also how the worker notices that the database
-is unreachable, and that it answers again (`reachability`: one line each).
+When it drops (server restart, `pg_terminate_backend`, network, a failover) it reconnects
+with a short backoff that stops growing at PROBE_INTERVAL_S, and wakes every lane once on
+reconnecting, since notifications sent while it was gone are lost. Its connection attempts
+are also how the worker notices that the database is unreachable, and that it answers
+again (`reachability`: one line each, and the lane's pools are told at once, so they
+reconnect then rather than when their own backoff ends).
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from pgsched.observability.logs import Reachability
 from pgsched.worker.cancels import CANCEL_CHANNEL
 
 log = logging.getLogger("pgsched.worker.wakeup")
+
+# While the database does not answer, the listener tries again this often: it is the
+# lane's probe, so claims resume within about this long of the database answering, however
+# long it was gone.
+PROBE_INTERVAL_S = 0.5
 
 KEEPALIVES = {
     "keepalives": 1,
@@ -104,4 +111,4 @@ class Wakeups:
                 self.reconnects += 1
                 log.warning("listener connection lost (%s); reconnecting in %.2fs", exc, backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, PROBE_INTERVAL_S)

@@ -147,3 +147,33 @@ def test_point_in_time_restore_into_a_running_system(scenario: MakeScenario) -> 
     # What the point cut off is gone by design; what was running at it ran again.
     assert f.extra["cut_off"] > 0 and f.extra["processing_at_restore"] > 0
     assert f.recovery_s is not None and f.recovery_s < 30
+
+
+def test_failover_to_a_synchronous_standby(scenario: MakeScenario) -> None:
+    f = scenarios.failover(scenario(), synchronous=True, promote_after=0, seconds=10)
+    # Every task acknowledged to the producer survives on the promoted standby, and runs once.
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled > 0
+    assert f.extra["workers_alive"] == 2 and f.extra["leader_before"]
+    assert f.recovery_s is not None and f.recovery_s < 2
+    assert f.extra["doctor_replication"] == "pass"  # a synchronous standby loses nothing
+    # The lead comes back within one lease (15 s) of the promotion, and no schedule runs twice.
+    assert f.extra["leader_back_s"] is not None and f.extra["leader_back_s"] < 15 + 2
+    assert f.extra["schedule_run_twice"] == 0
+
+
+def test_failover_after_an_outage_comes_back_within_two_seconds(scenario: MakeScenario) -> None:
+    f = scenarios.failover(scenario(), synchronous=True, promote_after=20, seconds=10)
+    assert f.lost == 0 and f.run_twice == 0 and f.completed == f.scheduled > 0
+    assert f.recovery_s is not None and f.recovery_s < 2
+    assert f.extra["leader_back_s"] is not None and f.extra["leader_back_s"] < 15 + 2
+    assert f.extra["schedule_run_twice"] == 0
+
+
+def test_failover_to_an_asynchronous_standby_is_what_doctor_warns_of(
+    scenario: MakeScenario,
+) -> None:
+    f = scenarios.failover(scenario(), synchronous=False, promote_after=0, seconds=8)
+    assert f.extra["doctor_replication"] == "warn"
+    # What can be lost is the last commits not replayed on the standby; the rest runs once.
+    assert f.run_twice == 0 and f.completed + f.lost == f.scheduled
+    assert f.recovery_s is not None and f.recovery_s < 2

@@ -90,8 +90,10 @@ def test_a_healthy_database_passes_every_check(admin_env: dict[str, str], leader
         "xmin": "pass",
         "leases": "pass",
         "clock": "pass",
+        "replication": "pass",
     }
     assert code == 0
+    assert "no streaming standby" in checks["replication"]["detail"]
     assert "leader is doctor-test (lease generation 1," in checks["sweeper"]["detail"]
     assert "pgsched_admin" in checks["roles"]["detail"]
     table = subprocess.run(
@@ -103,7 +105,7 @@ def test_a_healthy_database_passes_every_check(admin_env: dict[str, str], leader
         timeout=120,
     )
     assert table.returncode == 0
-    assert [line.split()[0] for line in table.stdout.splitlines()] == ["PASS"] * 10
+    assert [line.split()[0] for line in table.stdout.splitlines()] == ["PASS"] * 11
 
 
 def test_a_superuser_login_is_a_warning_not_a_failure(db_env: dict[str, str], leader: Any):

@@ -168,6 +168,24 @@ class Cluster:
         wait_for(promoted, 120, "the restored cluster to reach its target and promote")
         return restored
 
+    def standby(self, name: str) -> Cluster:
+        """A streaming standby of this running cluster, started and replicating as
+        application `name` (what `synchronous_standby_names` names), on a port of its own."""
+        conninfo = f"host={self.host} port={self.port} user=postgres application_name={name}"
+        standby = Cluster([f"primary_conninfo='{conninfo}'", "hot_standby=on"])
+        give_to_server_user(standby.root)
+        self.base_backup(standby.datadir)
+        (standby.datadir / "standby.signal").touch()
+        give_to_server_user(standby.root)
+        os.chmod(standby.root, 0o755)
+        standby.start_server()
+        standby.wait_accepting()
+        return standby
+
+    def promote(self) -> None:
+        """Promote this standby to a primary (`pg_ctl promote`), waiting until it is one."""
+        self._pg_ctl("promote", "-D", str(self.datadir), "-w")
+
     def dsn(self, dbname: str = "postgres") -> str:
         return make_conninfo(host=self.host, port=str(self.port), user="postgres", dbname=dbname)
 
