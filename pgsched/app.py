@@ -15,6 +15,9 @@ pass, since pgsched does not see that commit.
 
 from __future__ import annotations
 
+import contextlib
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Unpack
@@ -25,7 +28,13 @@ from psycopg.types.json import Jsonb
 
 from pgsched import producer, tracing
 from pgsched.dsn import resolve_dsn
-from pgsched.errors import InvalidLimitError, translate
+from pgsched.errors import (
+    InvalidLimitError,
+    InvalidTaskError,
+    ResultTimeoutError,
+    TaskFailedError,
+    translate,
+)
 from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
 from pgsched.hot_tier.config import HotTierConfig
 from pgsched.lanes import WORK_LANES
@@ -280,6 +289,54 @@ class App:
         params.update(filters)
         with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("history"), params).fetchall()
+
+    def result(self, task_id: int, *, timeout: float | None = None) -> Any:
+        """Wait for the task to finish and return its handler's return value (None when it
+        returned nothing). Raises TaskFailedError when it ends DEAD or CANCELLED (naming
+        which, and why), ResultTimeoutError when `timeout` seconds pass first,
+        TaskNotFoundError for an unknown id. Waits on LISTEN pgsched_result: the task
+        finishing wakes it, nothing polls."""
+        if timeout is not None and not timeout >= 0:
+            raise InvalidTaskError(f"timeout must be 0 or more seconds, got {timeout}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        token = uuid.uuid4()
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            c.execute(query("task_result_listen"))
+            try:
+                while True:
+                    with c.cursor(row_factory=dict_row) as cur:
+                        try:
+                            row = cur.execute(
+                                query("task_outcome"), {"task_id": task_id, "wait_token": token}
+                            ).fetchone()
+                        except psycopg.Error as exc:
+                            raise translate(exc) from exc
+                    assert row is not None
+                    if row["status"] == "COMPLETED":
+                        return row["result"]
+                    if row["status"] in ("FAILED", "CANCELLED"):
+                        raise TaskFailedError(task_id, row["status"], row["reason"])
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise ResultTimeoutError(
+                            f"task {task_id} did not finish within {timeout}s "
+                            f"(it is {row['status']})"
+                        )
+                    self._await_finish(c, task_id, left)
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    c.execute(query("task_result_unwait"), {"wait_token": token})
+
+    @staticmethod
+    def _await_finish(c: psycopg.Connection[Any], task_id: int, left: float | None) -> None:
+        """Until a notification names the task, or `left` seconds pass."""
+        wanted = str(task_id)
+        deadline = None if left is None else time.monotonic() + left
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            notes = list(c.notifies(timeout=wait, stop_after=1))
+            if not notes or any(n.payload == wanted for n in notes):
+                return
 
     def cancel(
         self,

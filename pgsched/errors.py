@@ -37,6 +37,22 @@ class TaskCancelledError(PgschedError):
     its attempt ends CANCELLED."""
 
 
+class TaskFailedError(PgschedError):
+    """The task ended without a result: DEAD (`status` FAILED) or CANCELLED; `reason` says
+    why (`App.result`)."""
+
+    def __init__(self, task_id: int, status: str, reason: str | None) -> None:
+        shown = "DEAD" if status == "FAILED" else status
+        super().__init__(f"task {task_id} is {shown}: {reason or 'no reason recorded'}")
+        self.task_id = task_id
+        self.status = status
+        self.reason = reason
+
+
+class ResultTimeoutError(PgschedError, TimeoutError):
+    """`App.result` waited its timeout and the task had not finished."""
+
+
 class SchemaMismatchError(PgschedError):
     """The database's schema is not the one this pgsched needs; the message says what to run."""
 

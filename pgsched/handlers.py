@@ -247,6 +247,42 @@ class TaskContext:
             row = await cur.fetchone()
         return row is not None and row["first_time"]
 
+    @functools.cached_property
+    def parent_results(self) -> dict[int | str, Any]:
+        """The results of the tasks this one waited for (`depends_on`), by task id, and
+        by step name for a workflow's named steps: `ctx.parent_results["charge"]`. A
+        parent that did not complete (a child that runs anyway) maps to None. Read once,
+        on first use (blocking: from an async handler use `await ctx.aparent_results()`)."""
+        import psycopg
+        from psycopg.rows import dict_row
+
+        from pgsched.queries import query
+
+        with (
+            psycopg.connect(self._dsn(), autocommit=True) as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            rows = cur.execute(query("task_parent_results"), {"task_id": self.task.id}).fetchall()
+        return _parent_results(rows)
+
+    async def aparent_results(self) -> dict[int | str, Any]:
+        """`parent_results`, read without blocking the event loop."""
+        if "parent_results" in self.__dict__:
+            return self.__dict__["parent_results"]  # type: ignore[no-any-return]
+        import psycopg
+        from psycopg.rows import dict_row
+
+        from pgsched.queries import query
+
+        async with (
+            await psycopg.AsyncConnection.connect(self._dsn(), autocommit=True) as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await cur.execute(query("task_parent_results"), {"task_id": self.task.id})
+            rows = await cur.fetchall()
+        self.__dict__["parent_results"] = found = _parent_results(rows)
+        return found
+
     def _once_params(self, key: str) -> dict[str, Any]:
         if not key:
             raise ValueError("ctx.once needs a non-empty key")
@@ -259,8 +295,17 @@ class TaskContext:
 
     def _dsn(self) -> str:
         if self.dsn is None:
-            raise RuntimeError("this context has no database to record once-keys in")
+            raise RuntimeError("this context has no database to read or record in")
         return self.dsn
+
+
+def _parent_results(rows: list[dict[str, Any]]) -> dict[int | str, Any]:
+    found: dict[int | str, Any] = {}
+    for row in rows:
+        found[int(row["parent_id"])] = row["result"]
+        if row["step"] is not None:
+            found[row["step"]] = row["result"]
+    return found
 
 
 class TaskHandler:

@@ -54,6 +54,8 @@ class ScheduleOptions(TypedDict, total=False):
     debounce: float | timedelta | None
     traceparent: str | None
     retry_delays: Sequence[float | timedelta] | None
+    depends_on: Sequence[int] | None
+    on_parent_failure: str | None
 
 
 class RecurringOptions(TypedDict, total=False):
@@ -121,8 +123,12 @@ def schedule_call(
     debounce: float | timedelta | None = None,
     traceparent: str | None = None,
     retry_delays: Sequence[float | timedelta] | None = None,
+    depends_on: Sequence[int] | None = None,
+    on_parent_failure: str | None = None,
 ) -> Call:
-    """One task: `task_schedule_one`, whose row `scheduled_task` reads."""
+    """One task: `task_schedule_one`, whose row `scheduled_task` reads. With
+    `depends_on` (task ids) it waits until those tasks finish (`on_parent_failure`: what
+    a parent going DEAD or CANCELLED does to it: hold, cancel or run)."""
     spec = task_spec(
         {
             "task_type": task_type,
@@ -155,8 +161,22 @@ def schedule_call(
         "debounce": spec.debounce,
         "traceparent": spec.traceparent,
         "retry_delays": None if retry_delays is None else retry_delay_list(retry_delays),
+        "depends_on": parent_ids(depends_on),
+        "on_parent_failure": on_parent_failure,
     }
     return Call("task_schedule_one", params)
+
+
+def parent_ids(depends_on: Sequence[int] | None) -> list[int] | None:
+    """`depends_on` as the list of task ids the database checks (each must exist, be
+    of the same tenant or global, and not be cancelled)."""
+    if depends_on is None:
+        return None
+    if isinstance(depends_on, str | bytes) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in depends_on
+    ):
+        raise InvalidTaskError("depends_on: a list of task ids (integers)")
+    return list(depends_on)
 
 
 def scheduled_task(row: Mapping[str, Any] | None) -> ScheduledTask:

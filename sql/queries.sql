@@ -43,7 +43,9 @@ FROM pgsched.schedule_task_ex(
     unique_for => %(unique_for)s,
     debounce => %(debounce)s,
     traceparent => %(traceparent)s,
-    retry_delays => %(retry_delays)s
+    retry_delays => %(retry_delays)s,
+    depends_on => %(depends_on)s::bigint[],
+    on_parent_failure => %(on_parent_failure)s
 ) AS s;
 
 -- name: task_cancel
@@ -181,7 +183,8 @@ FROM pgsched.task_finish_many(
     lease_tokens => %(lease_tokens)b::uuid[],
     outcomes => %(outcomes)b::text[],
     errors => %(errors)b::text[],
-    retry_delays => %(retry_delays)b::interval[]
+    retry_delays => %(retry_delays)b::interval[],
+    results => %(results)b::text[]::jsonb[]
 );
 
 -- name: task_heartbeat_many
@@ -406,6 +409,40 @@ FROM pgsched.work_record_done_many(
 -- name: work_once
 SELECT pgsched.work_once(%(tenant_id)s, %(task_type)s, %(key)s, %(task_id)s) AS first_time;
 
+-- name: task_parent_results
+-- ctx.parent_results: the task's parents (depends_on) with their step names and results.
+SELECT
+    parent_id,
+    step,
+    status::text AS status,
+    result
+FROM pgsched.task_parent_results(%(task_id)s);
+
+-- name: task_outcome
+-- App.result: where the task stands; with a token, the caller waits (NOTIFY pgsched_result).
+SELECT
+    status::text AS status,
+    result,
+    reason
+FROM pgsched.task_outcome(%(task_id)s, %(wait_token)s);
+
+-- name: task_result_listen
+LISTEN pgsched_result;
+
+-- name: task_result_unwait
+SELECT pgsched.task_result_unwait(%(wait_token)s);
+
+-- name: task_graph
+-- pgsched show: the tasks a task waits for and that wait for it.
+SELECT
+    relation,
+    id,
+    task_type,
+    status::text AS status,
+    met,
+    step
+FROM pgsched.task_graph(%(task_id)s);
+
 -- name: transaction_tenant_set
 -- Local to the caller's transaction (is_local TRUE, as SET LOCAL): nothing outlives it on a
 -- pooled server session.
@@ -486,8 +523,11 @@ SELECT
     t.parent_id,
     t.created_at,
     t.updated_at,
+    t.waiting_for,
+    t.on_parent_failure,
     t.payload,
-    t.metadata
+    t.metadata,
+    t.result
 FROM pgsched.tasks AS t
 WHERE t.id = %(task_id)s;
 
@@ -665,7 +705,7 @@ SELECT
     count(*) AS overdue,
     extract(EPOCH FROM now() - min(next_run_at))::float8 AS oldest_s
 FROM pgsched.tasks
-WHERE status = 'PENDING' AND next_run_at <= now();
+WHERE status = 'PENDING' AND next_run_at <= now() AND waiting_for IS NULL;
 
 -- name: pending_coming_due
 -- Cold work not yet due that the promotion sweep should be moving to the hot partition
@@ -676,6 +716,7 @@ SELECT
 FROM pgsched.tasks AS t
 WHERE
     t.status = 'PENDING'
+    AND t.waiting_for IS NULL
     AND t.next_run_at > now()
     AND t.next_run_at <= (SELECT h.hot_until FROM pgsched.tier_horizons() AS h);
 

@@ -28,11 +28,15 @@ def show(state: CliState, task_id: int, as_json: bool) -> None:
         if task is None:
             raise TaskNotFoundError(f"no task with id {task_id}")
         timeline = cur.execute(query("task_timeline"), {"task_id": task_id}).fetchall()
+        graph = cur.execute(query("task_graph"), {"task_id": task_id}).fetchall()
     if as_json:
-        print_json({"task": task, "timeline": timeline})
+        print_json({"task": task, "graph": graph, "timeline": timeline})
         return
     click.echo(render_task(task))
     click.echo("")
+    if graph:
+        click.echo(render_graph(graph))
+        click.echo("")
     click.echo(
         fit_table(
             timeline,
@@ -43,11 +47,28 @@ def show(state: CliState, task_id: int, as_json: bool) -> None:
     )
 
 
+def render_graph(graph: list[dict[str, Any]]) -> str:
+    """The tasks this one waits for (parents) and that wait for it (children), each with
+    its status and whether that edge is met."""
+    lines = []
+    for relation in ("parent", "child"):
+        rows = [r for r in graph if r["relation"] == relation]
+        if not rows:
+            continue
+        heading = "waits for (parents):" if relation == "parent" else "waited for by (children):"
+        lines.append(heading)
+        for r in rows:
+            step = f" [{r['step']}]" if r["step"] else ""
+            met = "met" if r["met"] else "waiting"
+            lines.append(f"  task {r['id']}  {r['task_type']}{step}  {r['status']}  ({met})")
+    return "\n".join(lines)
+
+
 def render_task(task: dict[str, Any]) -> str:
     width = max(len(k) for k in task)
     lines = []
     for key, value in task.items():
-        if key in ("payload", "metadata"):
+        if key in ("payload", "metadata") or (key == "result" and value is not None):
             text = json.dumps(value, sort_keys=True)
         else:
             text = "-" if value is None else str(value)

@@ -145,6 +145,19 @@ def _same_schedule(dsn: str, **params: Any) -> int | None:
     default=None,
     help="Waits after failed attempts 1, 2, ... (the last repeats): 1,10s,1m,10m.",
 )
+@click.option(
+    "--after",
+    "after",
+    type=int,
+    multiple=True,
+    help="Run only after task ID finished (repeat for several parents); waits in the cold tier.",
+)
+@click.option(
+    "--on-parent-failure",
+    type=click.Choice(["hold", "cancel", "run"]),
+    default=None,
+    help="With --after: what a parent going DEAD or CANCELLED does to it (default hold).",
+)
 @click.pass_obj
 def schedule(
     state: CliState,
@@ -167,6 +180,8 @@ def schedule(
     debounce: str | None,
     traceparent: str | None,
     retry_delays: str | None,
+    after: tuple[int, ...],
+    on_parent_failure: str | None,
 ) -> None:
     """Schedule a task (prints "created task N", or "task N already exists ..." for an
     idempotent duplicate), or with --cron a recurring schedule (prints
@@ -187,6 +202,10 @@ def schedule(
     delays = None
     if retry_delays is not None:
         delays = [parse_duration(part, option="--retry-delays") for part in retry_delays.split(",")]
+    if cron_expression is not None and after:
+        raise click.UsageError("--after and --cron exclude each other")
+    if on_parent_failure is not None and not after:
+        raise click.UsageError("--on-parent-failure needs --after")
     task = {
         "task_type": task_type,
         "payload": payload,
@@ -268,6 +287,8 @@ def schedule(
         retry_delays=delays,
         unique_for=window,
         debounce=wait,
+        depends_on=list(after) if after else None,
+        on_parent_failure=on_parent_failure,
     )
     owner = tenant if scope == "tenant" else "_all"
     if task_id.created:

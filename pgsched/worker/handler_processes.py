@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -198,12 +199,29 @@ def _child_main(conn: multiprocessing.connection.Connection, level: str, log_for
             ctx = TaskContext(task, worker_id, dsn=dsn, cancel=flag)
         assert ctx is not None
         try:
-            getattr(handler, name)(ctx)
+            returned = getattr(handler, name)(ctx)
         except BaseException as exc:  # the handler's fault: its attempt's outcome
             reply: tuple[Any, ...] = ("raised", type(exc).__name__, _describe(exc), repr(exc))
         else:
-            reply = ("ok",)
+            reply = ("ok", _encoded(returned) if name == "execute" else None)
         conn.send(reply)
+
+
+def _encoded(value: Any) -> Any:
+    """execute's return value as JSON text for the worker to store (any value crosses
+    the pipe this way); what is not JSON goes as the error the worker reports."""
+    if value is None:
+        return None
+    try:
+        return JsonText(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        return exc
+
+
+class JsonText(str):
+    """A return value encoded as JSON already (by a handler process)."""
+
+    __slots__ = ()
 
 
 class HandlerProcess:
@@ -348,7 +366,7 @@ class ProcessRun:
             with contextlib.suppress(OSError):
                 self._child.send(("cancel", self._task.id))
 
-    async def step(self, name: str) -> None:
+    async def step(self, name: str) -> Any:
         child = self._child
         try:
             child.send(("step", name, self._opening, self._cancel.is_set()))
@@ -366,6 +384,12 @@ class ProcessRun:
             raise HandlerProcessDied(f"{death} while running {name}") from exc
         if reply[0] == "raised":
             raise HandlerRaised(reply[1], reply[2], reply[3])
+        returned = reply[1] if len(reply) > 1 else None
+        if isinstance(returned, Exception):
+            kind = type(returned).__name__
+            error = f"execute returned a value that is not JSON: {kind}: {returned}"
+            raise HandlerRaised("result_not_json", error, repr(returned))
+        return returned
 
     def kill(self) -> None:
         if not self.killed:

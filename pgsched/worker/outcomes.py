@@ -47,6 +47,8 @@ class Outcome(NamedTuple):
     outcome: str  # COMPLETED | RETRY | FAILED | RELEASED | CANCELLED
     error: str | None = None
     retry_delay: timedelta | None = None
+    # A completed handler's return value as JSON text (None: it returned nothing).
+    result: str | None = None
 
 
 def storable_text(text: str) -> str:
@@ -63,7 +65,7 @@ def storable_text(text: str) -> str:
 
 def finish_params(outcomes: list[Outcome]) -> dict[str, Any]:
     columns = zip(*outcomes, strict=True) if outcomes else ((),) * len(Outcome._fields)
-    task_ids, lease_tokens, kinds, errors, retry_delays = (list(c) for c in columns)
+    task_ids, lease_tokens, kinds, errors, retry_delays, results = (list(c) for c in columns)
     if any(e is not None for e in errors):
         errors = [None if e is None else storable_text(e) for e in errors]
     return {
@@ -72,6 +74,8 @@ def finish_params(outcomes: list[Outcome]) -> dict[str, Any]:
         "outcomes": kinds,
         "errors": errors,
         "retry_delays": retry_delays,
+        # Most handlers return nothing: no results column to send then.
+        "results": results if any(r is not None for r in results) else None,
     }
 
 

@@ -15,6 +15,7 @@ back). Every other outcome goes to the batched buffer.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import traceback
@@ -39,6 +40,7 @@ from pgsched.worker.handler_processes import (
     HandlerProcessDied,
     HandlerProcessPool,
     HandlerRaised,
+    JsonText,
     ProcessRun,
 )
 from pgsched.worker.outcomes import Outcome, finish_params
@@ -70,6 +72,14 @@ def describe(exc: BaseException) -> str:
         exc = exc.original
     frames = traceback.format_tb(exc.__traceback__, limit=-3)
     return (f"{type(exc).__name__}: {exc}\n" + "".join(frames))[:MAX_ERROR_CHARS]
+
+
+def result_json(value: Any) -> str | None:
+    """A handler's return value as the JSON text stored with its task (None: nothing
+    returned). A handler process sends it encoded already (`JsonText`)."""
+    if value is None or isinstance(value, JsonText):
+        return value
+    return json.dumps(value, allow_nan=False)
 
 
 def retry_outcome(
@@ -487,10 +497,10 @@ class TaskRunner:
             if steps["before_execute"] is not None:
                 await self._step(registration, "before_execute", ctx, child)
             if registration.timeout is None:
-                await self._step(registration, "execute", ctx, child)
+                returned = await self._step(registration, "execute", ctx, child)
             else:
                 async with asyncio.timeout(registration.timeout) as deadline:
-                    await self._step(registration, "execute", ctx, child)
+                    returned = await self._step(registration, "execute", ctx, child)
         except asyncio.CancelledError:
             raise
         except HandlerFault as exc:
@@ -509,6 +519,12 @@ class TaskRunner:
                 task, registration.retry, describe(exc), error_class(exc), repr(exc)
             )
         ctx.cancel_flag.work_done = True
+        try:
+            result = result_json(returned)
+        except (TypeError, ValueError) as exc:
+            # The work is done but its result cannot be kept: a failed attempt, saying why.
+            error = f"execute returned a value that is not JSON: {type(exc).__name__}: {exc}"
+            return retry_outcome(task, registration.retry, error, "result_not_json")
         if task.idempotency_key is not None and not registration.transactional:
             # Before the (batched) completion: a worker dying now leaves a ledger entry,
             # and the retry becomes a recorded no-op instead of a second effect.
@@ -529,14 +545,14 @@ class TaskRunner:
                     extra=task_fields(task, error_class=error_class(exc)),
                 )
                 error = "after_execute failed: " + describe(exc)
-                return Outcome(task.id, task.lease_token, "COMPLETED", error)
+                return Outcome(task.id, task.lease_token, "COMPLETED", error, None, result)
         if ctx.cancelled:
             log.info(
                 "%s: asked to stop, but its handler finished first: it completes",
                 describe_task(task),
                 extra=task_fields(task, outcome="completed_before_cancel"),
             )
-        return Outcome(task.id, task.lease_token, "COMPLETED")
+        return Outcome(task.id, task.lease_token, "COMPLETED", None, None, result)
 
     def _stopped(self, ctx: TaskContext, exc: BaseException) -> Outcome:
         """The outcome of a handler that raised after its task was asked to stop."""

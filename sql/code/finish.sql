@@ -67,7 +67,8 @@ CREATE OR REPLACE FUNCTION pgsched.task_finish_many(
     outcomes text[],
     errors text[] DEFAULT NULL,
     retry_delays interval[] DEFAULT NULL,
-    as_of timestamptz DEFAULT NULL
+    as_of timestamptz DEFAULT NULL,
+    results jsonb[] DEFAULT NULL
 ) RETURNS TABLE (task_id bigint, applied boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET plan_cache_mode = force_custom_plan
@@ -96,6 +97,24 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED, RELEASED or CANCELLED)', bad
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- A result over the cap is refused: the attempt fails, saying why (only a flush that
+    -- carries results pays for the check).
+    IF results IS NOT NULL THEN
+        SELECT array_agg(CASE WHEN r.too_big THEN 'RETRY' ELSE r.outcome END ORDER BY r.ord),
+               array_agg(CASE WHEN r.too_big
+                              THEN format('result is %s bytes, over the cap of %s bytes (pgsched.settings.max_result_bytes)',
+                                          r.size, r.cap)
+                              ELSE r.error END ORDER BY r.ord),
+               array_agg(CASE WHEN r.too_big THEN NULL ELSE r.result END ORDER BY r.ord)
+          INTO outcomes, errors, results
+          FROM (SELECT u.ord, u.outcome, u.error, u.result, s.max_result_bytes AS cap,
+                       octet_length(u.result::text) AS size,
+                       coalesce(pg_column_size(u.result) * 6 >= s.max_result_bytes
+                                AND octet_length(u.result::text) > s.max_result_bytes, FALSE) AS too_big
+                  FROM unnest(outcomes, errors, results) WITH ORDINALITY AS u(outcome, error, result, ord)
+                 CROSS JOIN pgsched.settings AS s) AS r;
     END IF;
 
     -- The reported rows, each found by its primary key whatever the statistics (see the
@@ -143,11 +162,12 @@ BEGIN
                        THEN format('attempts exhausted (%s of %s): %s', tk.attempts, tk.max_attempts, u.error)
                    ELSE u.error
                END,
+               result = CASE WHEN u.outcome = 'COMPLETED' THEN u.result ELSE tk.result END,
                lease_token = NULL,
                lease_expires_at = NULL,
                updated_at = t
-          FROM unnest(task_ids, lease_tokens, outcomes, errors, task_finish_many.retry_delays)
-               AS u(id, token, outcome, error, delay)
+          FROM unnest(task_ids, lease_tokens, outcomes, errors, task_finish_many.retry_delays, results)
+               AS u(id, token, outcome, error, delay, result)
          WHERE tk.id = u.id AND tk.lease_token = u.token
            AND tk.id = ANY (task_ids)
            -- The hot tier only (pruning), in words no partial index's predicate follows from.
@@ -204,9 +224,9 @@ BEGIN
       LEFT JOIN unnest(done) AS d(id) ON d.id = u.id;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time. Returns (task_id, applied) per report.';
-REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz) TO pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone, jsonb[]) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time. results holds each completed task''s return value (JSON; over settings.max_result_bytes the attempt fails instead). Tasks waiting for those that finish are settled in the same transaction (task_settle_dependents). Returns (task_id, applied) per report.';
+REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[]) TO pgsched_worker, pgsched_admin;
 
 -- ctx.once(key): true the first time a (tenant, task type, key) is claimed, false after.
 CREATE OR REPLACE FUNCTION pgsched.work_once(

@@ -77,7 +77,8 @@ BEGIN
       FROM (
         SELECT tk.id
           FROM pgsched.tasks AS tk
-         WHERE tk.status = 'PENDING' AND tk.next_run_at < horizon
+         -- A task waiting for its parents is released by them, never promoted.
+         WHERE tk.status = 'PENDING' AND tk.next_run_at < horizon AND tk.waiting_for IS NULL
          ORDER BY tk.next_run_at
          LIMIT task_promote_due.max_tasks
            FOR UPDATE SKIP LOCKED
@@ -91,7 +92,7 @@ BEGIN
                    ELSE 'promoted into the hot window'
                END,
                updated_at = t
-         WHERE tk.id = ANY (due) AND tk.status = 'PENDING'
+         WHERE tk.id = ANY (due) AND tk.status = 'PENDING' AND tk.waiting_for IS NULL
         RETURNING tk.lane, tk.next_run_at
     )
     SELECT count(*),

@@ -77,7 +77,9 @@ CREATE OR REPLACE FUNCTION pgsched.task_insert_many(
     products text[],
     as_of timestamptz,
     traceparents text[] DEFAULT NULL,
-    retry_delays interval[] DEFAULT NULL
+    retry_delays interval[] DEFAULT NULL,
+    waiting_for integer DEFAULT NULL,
+    on_parent_failure text DEFAULT NULL
 ) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
 LANGUAGE plpgsql
 AS $$
@@ -124,19 +126,23 @@ BEGIN
         INSERT INTO pgsched.tasks AS tk (
             id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane,
             status, max_attempts, idempotency_key, scope, product, created_at, updated_at,
-            traceparent, retry_delays
+            traceparent, retry_delays, waiting_for, on_parent_failure
         )
         SELECT i.id, i.tenant_id, i.task_type, i.run_at, i.payload, i.metadata, i.priority, i.lane,
-               pgsched.tier_status(pgsched.tier_of(i.run_at, h.immediate_until, h.hot_until)),
+               -- Waiting for parents: the cold tier, whatever the due time.
+               CASE WHEN task_insert_many.waiting_for > 0 THEN 'PENDING'::pgsched.task_status
+                    ELSE pgsched.tier_status(pgsched.tier_of(i.run_at, h.immediate_until, h.hot_until)) END,
                i.max_attempts, i.idempotency_key, i.scope, i.product, as_of, as_of,
-               i.traceparent, task_insert_many.retry_delays
+               i.traceparent, task_insert_many.retry_delays,
+               nullif(task_insert_many.waiting_for, 0), task_insert_many.on_parent_failure
           FROM input AS i
          WHERE i.idempotency_key IS NULL OR i.id IN (SELECT kd.task_id FROM keyed AS kd)
-        RETURNING tk.id, tk.lane, tk.next_run_at
+        RETURNING tk.id, tk.lane, tk.next_run_at, tk.status
     )
     SELECT coalesce(array_agg(x.id), '{}'),
            coalesce(array_agg(DISTINCT x.lane) FILTER (
-               WHERE pgsched.tier_of(x.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
+               WHERE x.status = 'QUEUED'
+                 AND pgsched.tier_of(x.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
       INTO created_ids, wake_lanes
       FROM inserted AS x;
 
@@ -160,9 +166,9 @@ BEGIN
      ORDER BY i.ord;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamp with time zone, text[], interval[]) IS 'The engine''s insert behind schedule_task and schedule_tasks, after their checks: routes each row by tier_of and honours idempotency keys; traceparents per row, retry_delays for every row. Returns (ordinal, task_id, created).';
-REVOKE ALL ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz, text[], interval[]) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz, text[], interval[]) TO pgsched_admin;
+COMMENT ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamp with time zone, text[], interval[], integer, text) IS 'The engine''s insert behind schedule_task and schedule_tasks, after their checks: routes each row by tier_of (or, waiting_for > 0, PENDING in the cold tier until its parents finish) and honours idempotency keys; traceparents per row, retry_delays, waiting_for and on_parent_failure for every row. Returns (ordinal, task_id, created).';
+REVOKE ALL ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz, text[], interval[], integer, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_insert_many(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], text[], text[], timestamptz, text[], interval[], integer, text) TO pgsched_admin;
 
 CREATE OR REPLACE FUNCTION pgsched.tier_status(tier text) RETURNS pgsched.task_status
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

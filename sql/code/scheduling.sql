@@ -311,7 +311,9 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_tasks(
     products text[] DEFAULT NULL,
     unique_fors interval[] DEFAULT NULL,
     debounces interval[] DEFAULT NULL,
-    traceparents text[] DEFAULT NULL
+    traceparents text[] DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    on_parent_failure text DEFAULT NULL
 ) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -325,6 +327,13 @@ DECLARE
     bad record;
     bad_text text;
     one record;
+    dep_ids bigint[];
+    dep_met boolean[];
+    dep_status pgsched.task_status[];
+    waiting integer;
+    made_ordinals bigint[];
+    made_ids bigint[];
+    made_created boolean[];
 BEGIN
     SELECT a.argument, a.dimensions INTO bad
       FROM (VALUES
@@ -435,6 +444,33 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    IF depends_on IS NOT NULL OR on_parent_failure IS NOT NULL THEN
+        IF unique_fors IS NOT NULL OR debounces IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: depends_on cannot be combined with unique_fors or debounces'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- Every row waits for the same parents.
+        SELECT coalesce(array_agg(p.parent_id), '{}'), coalesce(array_agg(p.met), '{}'),
+               coalesce(array_agg(p.parent_status), '{}')
+          INTO dep_ids, dep_met, dep_status
+          FROM pgsched.task_parents_lock(
+              ARRAY(SELECT DISTINCT coalesce(u, 'default') FROM unnest(coalesce(tenant_ids, ARRAY['default'])) AS u),
+              coalesce(depends_on, '{}'), on_parent_failure) AS p;
+        waiting := (SELECT count(*) FROM unnest(dep_met) AS m WHERE NOT m);
+        SELECT array_agg(m.ordinal ORDER BY m.ordinal), array_agg(m.task_id ORDER BY m.ordinal),
+               array_agg(m.created ORDER BY m.ordinal)
+          INTO made_ordinals, made_ids, made_created
+          FROM pgsched.task_insert_many(
+              task_types, payloads, run_ats, tenant_ids, priorities, idempotency_keys,
+              max_attempts, lanes, metadatas, scopes, products, t, traceparents, NULL, waiting,
+              on_parent_failure) AS m;
+        PERFORM pgsched.task_dependencies_link(
+            ARRAY(SELECT m.id FROM unnest(made_ids, made_created) AS m(id, created) WHERE m.created),
+            dep_ids, dep_met, dep_status, t);
+        RETURN QUERY SELECT m.ordinal, m.id, m.created
+                       FROM unnest(made_ordinals, made_ids, made_created) AS m(ordinal, id, created);
+        RETURN;
+    END IF;
     IF unique_fors IS NULL AND debounces IS NULL THEN
         RETURN QUERY
         SELECT * FROM pgsched.task_insert_many(
@@ -471,9 +507,9 @@ BEGIN
     END LOOP;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[], interval[], interval[], text[]) IS 'Schedule many tasks in one statement: parallel arrays, one element per task (every array one-dimensional), with the checks, routing, idempotency, windows (unique_fors, debounces) and trace contexts of schedule_task. Returns (ordinal, task_id, created) per input row, ordinal 1-based. One bad row refuses the whole batch, naming it: row N of the batch. A batch with windows is scheduled row by row, in order.';
-REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[]) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamp with time zone[], text[], integer[], text[], bigint[], text[], jsonb[], timestamp with time zone, text[], text[], interval[], interval[], text[], bigint[], text) IS 'Schedule many tasks in one statement: parallel arrays, one element per task (every array one-dimensional), with the checks, routing, idempotency, windows (unique_fors, debounces), trace contexts and dependencies of schedule_task; depends_on (with on_parent_failure) makes every row wait for the same parents. Returns (ordinal, task_id, created) per input row, ordinal 1-based. One bad row refuses the whole batch, naming it: row N of the batch. A batch with windows is scheduled row by row, in order.';
+REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[], bigint[], text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[], bigint[], text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Schedule one task; returns its id and whether this call created it (false: the tenant
 -- already used this idempotency key, and that task's id comes back, unchanged). Same
@@ -494,7 +530,9 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_task_ex(
     unique_for interval DEFAULT NULL,
     debounce interval DEFAULT NULL,
     traceparent text DEFAULT NULL,
-    retry_delays interval[] DEFAULT NULL
+    retry_delays interval[] DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    on_parent_failure text DEFAULT NULL
 ) RETURNS TABLE (task_id bigint, created boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -510,6 +548,10 @@ DECLARE
     new_id bigint;
     tier text;
     task_lane pgsched.task_lane;
+    dep_ids bigint[];
+    dep_met boolean[];
+    dep_status pgsched.task_status[];
+    waiting integer := 0;
 BEGIN
     -- The single path: the same checks, routing and key rules as schedule_tasks, in three
     -- statements instead of a batch's machinery (one call per task must stay cheap).
@@ -525,6 +567,18 @@ BEGIN
         cfg.max_payload_bytes, coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product);
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF schedule_task_ex.depends_on IS NOT NULL OR schedule_task_ex.on_parent_failure IS NOT NULL THEN
+        IF schedule_task_ex.unique_for IS NOT NULL OR schedule_task_ex.debounce IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: depends_on cannot be combined with unique_for or debounce'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT coalesce(array_agg(p.parent_id), '{}'), coalesce(array_agg(p.met), '{}'),
+               coalesce(array_agg(p.parent_status), '{}')
+          INTO dep_ids, dep_met, dep_status
+          FROM pgsched.task_parents_lock(
+              ARRAY[owner], coalesce(schedule_task_ex.depends_on, '{}'), schedule_task_ex.on_parent_failure) AS p;
+        waiting := (SELECT count(*) FROM unnest(dep_met) AS m WHERE NOT m);
     END IF;
     IF schedule_task_ex.unique_for IS NOT NULL OR schedule_task_ex.debounce IS NOT NULL
        OR schedule_task_ex.traceparent IS NOT NULL OR schedule_task_ex.retry_delays IS NOT NULL THEN
@@ -563,24 +617,30 @@ BEGIN
     task_lane := pgsched.lane_for(coalesce(schedule_task_ex.priority, 5), schedule_task_ex.lane);
     INSERT INTO pgsched.tasks (
         id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane, status,
-        max_attempts, idempotency_key, scope, product, created_at, updated_at, traceparent, retry_delays
+        max_attempts, idempotency_key, scope, product, created_at, updated_at, traceparent, retry_delays,
+        waiting_for, on_parent_failure
     ) VALUES (
         new_id, owner, schedule_task_ex.task_type, due, coalesce(schedule_task_ex.payload, '{}'),
         coalesce(schedule_task_ex.metadata, '{}'), coalesce(schedule_task_ex.priority, 5), task_lane,
-        pgsched.tier_status(tier),
+        -- Waiting for parents: the cold tier, whatever the due time.
+        CASE WHEN waiting > 0 THEN 'PENDING'::pgsched.task_status ELSE pgsched.tier_status(tier) END,
         coalesce(schedule_task_ex.max_attempts, 3), schedule_task_ex.idempotency_key,
         coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product, t, t,
-        schedule_task_ex.traceparent, schedule_task_ex.retry_delays
+        schedule_task_ex.traceparent, schedule_task_ex.retry_delays,
+        nullif(waiting, 0), schedule_task_ex.on_parent_failure
     );
-    IF tier = 'IMMEDIATE' THEN
+    IF dep_ids IS NOT NULL THEN
+        PERFORM pgsched.task_dependencies_link(ARRAY[new_id], dep_ids, dep_met, dep_status, t);
+    END IF;
+    IF tier = 'IMMEDIATE' AND waiting = 0 THEN
         PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
     END IF;
     RETURN QUERY SELECT new_id, TRUE;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[]) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key, or the key''s unique window or debounced task is still open (that task''s id comes back; a debounced one with this call''s payload and due time).';
-REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[], bigint[], text) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key, or the key''s unique window or debounced task is still open (that task''s id comes back; a debounced one with this call''s payload and due time).';
+REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Schedule one task; returns its id (the existing task's id when the tenant already used
 -- this idempotency key: schedule_task_ex says which).
@@ -600,7 +660,9 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_task(
     unique_for interval DEFAULT NULL,
     debounce interval DEFAULT NULL,
     traceparent text DEFAULT NULL,
-    retry_delays interval[] DEFAULT NULL
+    retry_delays interval[] DEFAULT NULL,
+    depends_on bigint[] DEFAULT NULL,
+    on_parent_failure text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql
 SECURITY DEFINER
@@ -612,11 +674,11 @@ AS $$
           schedule_task.priority, schedule_task.idempotency_key, schedule_task.max_attempts,
           schedule_task.lane, schedule_task.metadata, schedule_task.as_of, schedule_task.scope,
           schedule_task.product, schedule_task.unique_for, schedule_task.debounce, schedule_task.traceparent,
-          schedule_task.retry_delays) AS e
+          schedule_task.retry_delays, schedule_task.depends_on, schedule_task.on_parent_failure) AS e
 $$;
-COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[]) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs. With idempotency_key, unique_for => interval makes the key name its task only for that long (a new task after), and debounce => interval makes a burst of calls one task, due debounce after the last call, with the last call''s payload. traceparent (a W3C trace context) and retry_delays (the waits after failed attempts 1, 2, ...; the last repeats) are stored with the task and handed to its worker.';
-REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[]) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[], bigint[], text) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs. With idempotency_key, unique_for => interval makes the key name its task only for that long (a new task after), and debounce => interval makes a burst of calls one task, due debounce after the last call, with the last call''s payload. traceparent (a W3C trace context) and retry_delays (the waits after failed attempts 1, 2, ...; the last repeats) are stored with the task and handed to its worker. depends_on => ARRAY[parent ids] makes it wait, PENDING in the cold tier, until every parent completed (released exactly once, routed as if scheduled then); on_parent_failure => ''hold'' (default), ''cancel'' or ''run'' says what a parent going DEAD or CANCELLED does to it.';
+REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Why a due time is refused, or NULL. The margins keep every reading of the value, in any
 -- session time zone, inside what clients can represent (Python: years 1 to 9999).

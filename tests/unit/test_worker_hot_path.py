@@ -121,13 +121,18 @@ def test_finish_params_are_the_batchs_columns() -> None:
         "outcomes": ["COMPLETED", "RETRY", "FAILED"],
         "errors": [None, "boom\\x00", "bad"],
         "retry_delays": [None, timedelta(seconds=3), None],
+        # No handler returned anything: no results column is sent.
+        "results": None,
     }
+    with_result = finish_params([*batch, Outcome(4, "d", "COMPLETED", result='{"n": 1}')])
+    assert with_result["results"] == [None, None, None, '{"n": 1}']
     assert finish_params([]) == {
         "task_ids": [],
         "lease_tokens": [],
         "outcomes": [],
         "errors": [],
         "retry_delays": [],
+        "results": None,
     }
 
 

@@ -1,0 +1,427 @@
+-- sql/code/workflows.sql — workflows: dependencies, failure policy, results.
+--
+-- task_parents_lock (a new task's parents checked and held still while it is written),
+-- task_dependencies_link (its edges and hold events), task_dependencies_settle (what a
+-- parent finishing does to what waits for it: release, hold, cascade), the statement
+-- trigger that calls it in the parent's own transaction, task_result and the outcome a
+-- waiting App.result reads (task_outcome, task_result_unwait).
+--
+-- Exactly once: each edge is met once (an UPDATE of the edge row where NOT met), and the
+-- child's waiting_for is decremented by an UPDATE of the child's row, under its row lock,
+-- in the transaction that finishes the parent. Two parents finishing at once in different
+-- transactions serialize on that row; the one that takes waiting_for to zero releases the
+-- child, and no other can (a later one finds no unmet edge of its own).
+--
+-- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
+-- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
+-- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
+-- through a numbered migration that drops the old one first.
+
+-- A new task's parents: each must exist, belong to the new task's tenant (or be global),
+-- not be CANCELLED, and not be DEAD for a child that would be cancelled. Each is locked
+-- (FOR SHARE) until the caller commits, so a parent cannot finish between this check and
+-- the edge being written. Returns each parent once with whether its edge is met already
+-- (COMPLETED, or DEAD for a child that runs anyway) and its status.
+CREATE OR REPLACE FUNCTION pgsched.task_parents_lock(
+    owners text[], depends_on bigint[], on_parent_failure text
+) RETURNS TABLE (parent_id bigint, met boolean, parent_status pgsched.task_status)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    wanted bigint[];
+    ids bigint[];
+    statuses pgsched.task_status[];
+    tenants text[];
+    scopes text[];
+    bad record;
+BEGIN
+    IF array_ndims(depends_on) > 1 THEN
+        RAISE EXCEPTION 'pgsched: depends_on must be a one-dimensional array of task ids'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF array_position(depends_on, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: depends_on holds a NULL task id' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF on_parent_failure IS NOT NULL AND on_parent_failure NOT IN ('hold', 'cancel', 'run') THEN
+        RAISE EXCEPTION 'pgsched: %', format('on_parent_failure %L is not one of hold, cancel, run', on_parent_failure)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    wanted := ARRAY(SELECT DISTINCT d FROM unnest(depends_on) AS d ORDER BY d);
+    IF cardinality(wanted) > 100000 THEN
+        RAISE EXCEPTION 'pgsched: depends_on names % tasks, over the limit of 100000 (use schedule_batch)',
+            cardinality(wanted) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR attempt IN 1..5 LOOP
+        BEGIN
+            SELECT coalesce(array_agg(x.id ORDER BY x.id), '{}'), array_agg(x.status ORDER BY x.id),
+                   array_agg(x.tenant_id ORDER BY x.id), array_agg(x.scope ORDER BY x.id)
+              INTO ids, statuses, tenants, scopes
+              FROM (SELECT tk.id, tk.status, tk.tenant_id, tk.scope
+                      FROM pgsched.tasks AS tk
+                     WHERE tk.id = ANY (wanted)
+                     ORDER BY tk.id
+                       FOR SHARE) AS x;
+            EXIT;
+        EXCEPTION WHEN serialization_failure THEN
+            -- A parent moved partitions (it finished) while we waited: read it again.
+            IF attempt = 5 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+    SELECT w.id INTO bad FROM unnest(wanted) AS w(id) WHERE w.id <> ALL (ids) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: depends_on: task % does not exist', bad.id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT p.id, p.status, p.tenant_id INTO bad
+      FROM unnest(ids, statuses, tenants, scopes) AS p(id, status, tenant_id, scope)
+     WHERE (p.scope <> 'global' AND EXISTS (SELECT 1 FROM unnest(owners) AS o(tenant_id) WHERE o.tenant_id <> p.tenant_id))
+        OR p.status = 'CANCELLED'
+        OR (p.status = 'FAILED' AND on_parent_failure = 'cancel')
+     ORDER BY p.id
+     LIMIT 1;
+    IF FOUND THEN
+        IF bad.status = 'CANCELLED' THEN
+            RAISE EXCEPTION 'pgsched: depends_on: task % was cancelled; nothing can wait for it', bad.id
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSIF bad.status = 'FAILED' AND on_parent_failure = 'cancel' THEN
+            RAISE EXCEPTION 'pgsched: depends_on: task % is DEAD, and on_parent_failure cancel would cancel this task at once', bad.id
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- Say no without naming the other tenant.
+        RAISE EXCEPTION 'pgsched: depends_on: task % belongs to another tenant (a parent is of the same tenant, or global)', bad.id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    SELECT p.id, p.status = 'COMPLETED' OR (p.status = 'FAILED' AND on_parent_failure = 'run'), p.status
+      FROM unnest(ids, statuses) AS p(id, status);
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_parents_lock(text[], bigint[], text) IS 'A new task''s parents (depends_on) checked and locked FOR SHARE until the caller commits: each exists, is of the new task''s tenant or global, is not CANCELLED (nor DEAD for on_parent_failure cancel). Returns (parent_id, met, parent_status), each parent once.';
+REVOKE ALL ON FUNCTION pgsched.task_parents_lock(text[], bigint[], text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_parents_lock(text[], bigint[], text) TO pgsched_admin;
+
+-- The edges of new children to their (locked) parents, and a hold event for each child
+-- whose parent is DEAD already.
+CREATE OR REPLACE FUNCTION pgsched.task_dependencies_link(
+    child_ids bigint[], parent_ids bigint[], parent_met boolean[], parent_statuses pgsched.task_status[],
+    as_of timestamptz
+) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO pgsched.task_dependencies (parent_id, child_id, met, created_at)
+    SELECT p.id, c.id, p.met, as_of
+      FROM unnest(child_ids) AS c(id)
+     CROSS JOIN unnest(parent_ids, parent_met) AS p(id, met);
+    INSERT INTO pgsched.task_events (
+        task_id, tenant_id, task_type, from_status, to_status,
+        occurred_at, scheduled_for, attempt, worker, detail
+    )
+    SELECT tk.id, tk.tenant_id, tk.task_type, tk.status, tk.status, as_of, tk.next_run_at, tk.attempts,
+           NULL, format('held: parent task %s is DEAD', p.id)
+      FROM unnest(parent_ids, parent_met, parent_statuses) AS p(id, met, status)
+      JOIN pgsched.tasks AS tk ON tk.id = ANY (child_ids) AND tk.status = 'PENDING'
+     WHERE p.status = 'FAILED' AND NOT p.met;
+$$;
+COMMENT ON FUNCTION pgsched.task_dependencies_link(bigint[], bigint[], boolean[], pgsched.task_status[], timestamp with time zone) IS 'Writes the edges of new child tasks to their parents (checked by task_parents_lock) and a hold event on each child for a parent already DEAD.';
+REVOKE ALL ON FUNCTION pgsched.task_dependencies_link(bigint[], bigint[], boolean[], pgsched.task_status[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_dependencies_link(bigint[], bigint[], boolean[], pgsched.task_status[], timestamptz) TO pgsched_admin;
+
+-- What parents finishing (COMPLETED, FAILED = DEAD, CANCELLED) do to the tasks waiting for
+-- them, by each child's on_parent_failure: a completed parent's edge is met (so is a failed
+-- one's for `run`); a child whose last edge is met is released, routed as if scheduled now
+-- (its own run_at if later); `hold` leaves the child waiting with an event saying why;
+-- `cancel` cancels it, and what waits for it in turn, a generation a round (no recursion,
+-- however deep the graph). Children are locked in id order. Returns how many were released.
+CREATE OR REPLACE FUNCTION pgsched.task_dependencies_settle(
+    parent_ids bigint[], parent_statuses pgsched.task_status[], as_of timestamptz DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_nestloop = TRUE
+SET enable_hashjoin = TRUE
+SET enable_mergejoin = TRUE
+SET enable_seqscan = TRUE
+SET enable_bitmapscan = TRUE
+SET enable_sort = TRUE
+AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, clock_timestamp());
+    h record;
+    ids bigint[] := parent_ids;
+    statuses pgsched.task_status[] := parent_statuses;
+    e_parent bigint[];
+    e_child bigint[];
+    e_status pgsched.task_status[];
+    e_policy text[];
+    cancelled_ids bigint[];
+    released bigint := 0;
+    n bigint;
+    wake pgsched.task_lane[];
+    all_wake pgsched.task_lane[] := '{}';
+BEGIN
+    -- The children's own updates fire the trigger again: this loop handles them instead.
+    PERFORM set_config('pgsched.settling', 'on', TRUE);
+    SELECT * INTO h FROM pgsched.tier_horizons(t);
+    WHILE cardinality(ids) > 0 LOOP
+        SELECT coalesce(array_agg(x.parent_id ORDER BY x.child_id, x.parent_id), '{}'),
+               coalesce(array_agg(x.child_id ORDER BY x.child_id, x.parent_id), '{}'),
+               coalesce(array_agg(x.status ORDER BY x.child_id, x.parent_id), '{}'),
+               coalesce(array_agg(x.policy ORDER BY x.child_id, x.parent_id), '{}')
+          INTO e_parent, e_child, e_status, e_policy
+          FROM (SELECT d.parent_id, d.child_id, p.status, coalesce(c.on_parent_failure, 'hold') AS policy
+                  FROM unnest(ids, statuses) AS p(id, status)
+                  JOIN pgsched.task_dependencies AS d ON d.parent_id = p.id AND NOT d.met
+                  JOIN pgsched.tasks AS c ON c.id = d.child_id AND c.status = 'PENDING'
+                 ORDER BY d.child_id
+                   FOR UPDATE OF c) AS x;
+        EXIT WHEN cardinality(e_child) = 0;
+
+        -- Met: a completed parent, or a failed one of a child that runs anyway.
+        UPDATE pgsched.task_dependencies AS d
+           SET met = TRUE
+          FROM unnest(e_parent, e_child, e_status, e_policy) AS e(parent_id, child_id, status, policy)
+         WHERE d.parent_id = e.parent_id AND d.child_id = e.child_id AND NOT d.met
+           AND (e.status = 'COMPLETED' OR e.policy = 'run');
+
+        WITH counted AS (
+            SELECT e.child_id, count(*) AS k, max(e.parent_id) AS last_parent,
+                   bool_and(e.status = 'COMPLETED') AS all_completed,
+                   (array_agg(e.status ORDER BY e.parent_id DESC))[1] AS last_status
+              FROM unnest(e_parent, e_child, e_status, e_policy) AS e(parent_id, child_id, status, policy)
+             WHERE e.status = 'COMPLETED' OR e.policy = 'run'
+             GROUP BY e.child_id
+        ),
+        changed AS (
+            UPDATE pgsched.tasks AS tk
+               SET waiting_for = nullif(greatest(tk.waiting_for - c.k, 0), 0),
+                   status = CASE WHEN tk.waiting_for - c.k > 0 THEN tk.status
+                                 ELSE pgsched.tier_status(pgsched.tier_of(
+                                     greatest(tk.next_run_at, t), h.immediate_until, h.hot_until)) END,
+                   next_run_at = CASE WHEN tk.waiting_for - c.k > 0 THEN tk.next_run_at
+                                      ELSE greatest(tk.next_run_at, t) END,
+                   status_reason = CASE WHEN tk.waiting_for - c.k > 0 THEN tk.status_reason
+                                        WHEN c.all_completed
+                                            THEN format('released: parent task %s completed', c.last_parent)
+                                        ELSE format('released: parent task %s is %s (on_parent_failure run)',
+                                                    c.last_parent,
+                                                    CASE WHEN c.last_status = 'FAILED' THEN 'DEAD'
+                                                         ELSE c.last_status::text END) END,
+                   updated_at = CASE WHEN tk.waiting_for - c.k > 0 THEN tk.updated_at ELSE t END
+              FROM counted AS c
+             WHERE tk.id = c.child_id AND tk.status = 'PENDING'
+            RETURNING tk.id, tk.tenant_id, tk.task_type, tk.status, tk.next_run_at, tk.attempts, tk.lane,
+                      tk.waiting_for, tk.status_reason
+        ),
+        -- Released into the cold tier (its run_at is beyond the hot window): no status
+        -- changes, so the release is recorded here.
+        cold AS (
+            INSERT INTO pgsched.task_events (
+                task_id, tenant_id, task_type, from_status, to_status,
+                occurred_at, scheduled_for, attempt, worker, detail
+            )
+            SELECT x.id, x.tenant_id, x.task_type, x.status, x.status, t, x.next_run_at, x.attempts, NULL,
+                   x.status_reason
+              FROM changed AS x
+             WHERE x.waiting_for IS NULL AND x.status = 'PENDING'
+        )
+        SELECT count(*) FILTER (WHERE x.waiting_for IS NULL),
+               coalesce(array_agg(DISTINCT x.lane) FILTER (
+                   WHERE x.waiting_for IS NULL AND x.status = 'QUEUED'
+                     AND pgsched.tier_of(x.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
+          INTO n, wake
+          FROM changed AS x;
+        released := released + n;
+        all_wake := all_wake || wake;
+
+        -- Held: the child waits on (for the parent's retry from the DEAD lane).
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT tk.id, tk.tenant_id, tk.task_type, tk.status, tk.status, t, tk.next_run_at, tk.attempts, NULL,
+               format('held: parent task %s is %s', e.parent_id,
+                      CASE WHEN e.status = 'FAILED' THEN 'DEAD' ELSE e.status::text END)
+          FROM unnest(e_parent, e_child, e_status, e_policy) AS e(parent_id, child_id, status, policy)
+          JOIN pgsched.tasks AS tk ON tk.id = e.child_id AND tk.status = 'PENDING'
+         WHERE e.status <> 'COMPLETED' AND e.policy = 'hold';
+
+        -- Cancelled: the next round applies their children's policies in turn.
+        WITH gone AS (
+            UPDATE pgsched.tasks AS tk
+               SET status = 'CANCELLED', updated_at = t,
+                   status_reason = format('cancelled: parent task %s is %s (on_parent_failure cancel)',
+                                          e.parent_id,
+                                          CASE WHEN e.status = 'FAILED' THEN 'DEAD' ELSE e.status::text END)
+              FROM (SELECT u.child_id, min(u.parent_id) AS parent_id, min(u.status) AS status
+                      FROM unnest(e_parent, e_child, e_status, e_policy) AS u(parent_id, child_id, status, policy)
+                     WHERE u.status <> 'COMPLETED' AND u.policy = 'cancel'
+                     GROUP BY u.child_id) AS e
+             WHERE tk.id = e.child_id AND tk.status = 'PENDING'
+            RETURNING tk.id
+        )
+        SELECT coalesce(array_agg(g.id), '{}') INTO cancelled_ids FROM gone AS g;
+        ids := cancelled_ids;
+        statuses := array_fill('CANCELLED'::pgsched.task_status, ARRAY[cardinality(cancelled_ids)]);
+    END LOOP;
+    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM (SELECT DISTINCT u AS w FROM unnest(all_wake) AS u) AS x;
+    PERFORM set_config('pgsched.settling', '', TRUE);
+    RETURN released;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_dependencies_settle(bigint[], pgsched.task_status[], timestamp with time zone) IS 'What parents finishing (COMPLETED, FAILED, CANCELLED) do to the tasks waiting for them, in the parents'' transaction: meets their edges, releases each child whose last edge is met (routed as if scheduled now), holds (an event) or cancels (and cascades) by the child''s on_parent_failure. Returns how many children were released.';
+REVOKE ALL ON FUNCTION pgsched.task_dependencies_settle(bigint[], pgsched.task_status[], timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_dependencies_settle(bigint[], pgsched.task_status[], timestamptz) TO pgsched_admin;
+
+-- The statement trigger that calls it. A statement that finishes no task with a waiting
+-- child or a waiting App.result costs one scan of its new rows and two index probes.
+CREATE OR REPLACE FUNCTION pgsched.task_settle_dependents() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_nestloop = TRUE
+SET enable_hashjoin = TRUE
+SET enable_seqscan = TRUE
+SET enable_bitmapscan = TRUE
+AS $$
+DECLARE
+    ids bigint[];
+    statuses pgsched.task_status[];
+BEGIN
+    IF current_setting('pgsched.settling', TRUE) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM new_rows AS n WHERE n.status IN ('COMPLETED', 'FAILED', 'CANCELLED')) THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(n.id), array_agg(n.status) INTO ids, statuses
+      FROM new_rows AS n
+      JOIN old_rows AS o ON o.id = n.id
+     WHERE n.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND o.status IS DISTINCT FROM n.status;
+    IF ids IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pg_notify('pgsched_result', w.task_id::text)
+       FROM (SELECT DISTINCT r.task_id FROM pgsched.task_result_waiters AS r WHERE r.task_id = ANY (ids)) AS w;
+    IF EXISTS (SELECT 1 FROM pgsched.task_dependencies AS d WHERE d.parent_id = ANY (ids) AND NOT d.met) THEN
+        PERFORM pgsched.task_dependencies_settle(ids, statuses);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_settle_dependents() IS 'Statement trigger on pgsched.tasks: for tasks that just finished (COMPLETED, FAILED, CANCELLED), notifies a waiting App.result (pgsched_result) and settles what waits for them (task_dependencies_settle), in the same transaction.';
+REVOKE ALL ON FUNCTION pgsched.task_settle_dependents() FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_settle_dependents() TO pgsched_worker, pgsched_admin;
+
+DROP TRIGGER IF EXISTS tasks_settle_dependents ON pgsched.tasks;
+CREATE TRIGGER tasks_settle_dependents
+AFTER UPDATE ON pgsched.tasks
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_settle_dependents();
+
+-- Results --------------------------------------------------------------------------------
+
+-- A task's stored result; NULL until it completes (or when its handler returned nothing).
+CREATE OR REPLACE FUNCTION pgsched.task_result(task_id bigint) RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tk record;
+BEGIN
+    SELECT x.tenant_id, x.status, x.result INTO tk FROM pgsched.tasks AS x WHERE x.id = task_result.task_id;
+    IF NOT FOUND OR pgsched.producer_tenant_problem(ARRAY[tk.tenant_id]) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: no task with id %', task_result.task_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN CASE WHEN tk.status = 'COMPLETED' THEN tk.result END;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_result(bigint) IS 'A task''s result: its handler''s return value (JSON) once it COMPLETED, NULL before (or when the handler returned nothing). Expires with the task under retention.';
+REVOKE ALL ON FUNCTION pgsched.task_result(bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_result(bigint) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+-- Where a task stands, for a caller waiting for its result; with a token, the caller is
+-- registered as waiting (task_result_waiters) when the task has not finished, so that its
+-- finishing sends NOTIFY pgsched_result with its id. LISTEN before calling.
+CREATE OR REPLACE FUNCTION pgsched.task_outcome(task_id bigint, wait_token uuid DEFAULT NULL)
+RETURNS TABLE (status pgsched.task_status, result jsonb, reason text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tk record;
+BEGIN
+    SELECT x.tenant_id, x.status, x.result, coalesce(x.status_reason, x.last_error) AS reason INTO tk
+      FROM pgsched.tasks AS x WHERE x.id = task_outcome.task_id;
+    IF NOT FOUND OR pgsched.producer_tenant_problem(ARRAY[tk.tenant_id]) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: no task with id %', task_outcome.task_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    IF wait_token IS NOT NULL AND tk.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN
+        INSERT INTO pgsched.task_result_waiters (task_id, token)
+        VALUES (task_outcome.task_id, wait_token)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN QUERY SELECT tk.status, CASE WHEN tk.status = 'COMPLETED' THEN tk.result END, tk.reason;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_outcome(bigint, uuid) IS 'Where a task stands for a caller awaiting its result: (status, result once COMPLETED, reason). With wait_token, registers the caller (until task_result_unwait) so the task finishing sends NOTIFY pgsched_result with its id.';
+REVOKE ALL ON FUNCTION pgsched.task_outcome(bigint, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_outcome(bigint, uuid) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+CREATE OR REPLACE FUNCTION pgsched.task_result_unwait(wait_token uuid) RETURNS void
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM pgsched.task_result_waiters AS w WHERE w.token = task_result_unwait.wait_token;
+$$;
+COMMENT ON FUNCTION pgsched.task_result_unwait(uuid) IS 'The caller no longer waits for a result (the rows task_outcome registered under wait_token go).';
+REVOKE ALL ON FUNCTION pgsched.task_result_unwait(uuid) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_result_unwait(uuid) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+-- The parents of a task with their results: what ctx.parent_results reads.
+CREATE OR REPLACE FUNCTION pgsched.task_parent_results(task_id bigint)
+RETURNS TABLE (parent_id bigint, step text, status pgsched.task_status, result jsonb)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p.id, p.metadata ->> 'pgsched_step', p.status, CASE WHEN p.status = 'COMPLETED' THEN p.result END
+      FROM pgsched.task_dependencies AS d
+      JOIN pgsched.tasks AS p ON p.id = d.parent_id
+     WHERE d.child_id = task_parent_results.task_id
+     ORDER BY p.id
+$$;
+COMMENT ON FUNCTION pgsched.task_parent_results(bigint) IS 'A task''s parents (depends_on) with their step names (workflows), statuses and results: ctx.parent_results.';
+REVOKE ALL ON FUNCTION pgsched.task_parent_results(bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_parent_results(bigint) TO pgsched_worker, pgsched_admin;
+
+-- The graph around a task: its parents and children with their statuses (pgsched show).
+CREATE OR REPLACE FUNCTION pgsched.task_graph(task_id bigint)
+RETURNS TABLE (relation text, id bigint, task_type text, status pgsched.task_status, met boolean, step text)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'parent', p.id, p.task_type, p.status, d.met, p.metadata ->> 'pgsched_step'
+      FROM pgsched.task_dependencies AS d
+      JOIN pgsched.tasks AS p ON p.id = d.parent_id
+     WHERE d.child_id = task_graph.task_id
+    UNION ALL
+    SELECT 'child', c.id, c.task_type, c.status, d.met, c.metadata ->> 'pgsched_step'
+      FROM pgsched.task_dependencies AS d
+      JOIN pgsched.tasks AS c ON c.id = d.child_id
+     WHERE d.parent_id = task_graph.task_id
+     ORDER BY 1 DESC, 2
+$$;
+COMMENT ON FUNCTION pgsched.task_graph(bigint) IS 'The tasks a task waits for (parent) and that wait for it (child), with their type, status, whether the edge is met and their step name.';
+REVOKE ALL ON FUNCTION pgsched.task_graph(bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_graph(bigint) TO pgsched_worker, pgsched_admin;
