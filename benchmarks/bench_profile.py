@@ -78,7 +78,7 @@ PY_PARTS = (
     (
         "claim",
         (
-            "pgsched/worker/claims.py",
+            "pgsched/claims.py",
             "claim (pgsched/worker/worker.py",
             "claim_rows (pgsched/worker/worker.py",
         ),

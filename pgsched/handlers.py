@@ -19,53 +19,16 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import json
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from pgsched.errors import InvalidTaskError, TaskCancelledError
 from pgsched.retry import RetryPolicy
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    """The claimed task, as the handler sees it. Field order = the claim query's columns."""
-
-    id: int
-    task_type: str
-    tenant_id: str
-    payload_json: str
-    metadata_json: str
-    attempt: int
-    max_attempts: int
-    scheduled_for: datetime
-    lane: str
-    priority: int
-    idempotency_key: str | None
-    lease_token: Any
-    schedule_id: int | None = None
-    scope: str = "tenant"
-    # Set when this (tenant, type, key) already completed: the run is a recorded no-op.
-    done_by: int | None = None
-    # The W3C trace context of the request that scheduled the task (tasks.traceparent).
-    traceparent: str | None = None
-    # The task's own retry schedule (tasks.retry_delays), before the handler's.
-    retry_delays: list[timedelta] | None = None
-
-    # Decoded on first use, then kept: a handler that never reads them costs nothing.
-    @functools.cached_property
-    def payload(self) -> Any:
-        return None if self.payload_json is None else json.loads(self.payload_json)
-
-    @functools.cached_property
-    def metadata(self) -> dict[str, Any]:
-        decoded: dict[str, Any] = json.loads(self.metadata_json or "{}")
-        return decoded
+from pgsched.tasks import TaskRow as TaskRow  # re-exported: handlers receive it
 
 
 class CancelFlag:

@@ -7,6 +7,7 @@ silently read in the session's time zone.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -151,3 +152,55 @@ class CancelCounts:
     @property
     def total(self) -> int:
         return self.cancelled + self.cancel_requested
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """The claimed task, as the handler sees it. Field order = the claim query's columns."""
+
+    id: int
+    task_type: str
+    tenant_id: str
+    payload_json: str
+    metadata_json: str
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    lane: str
+    priority: int
+    idempotency_key: str | None
+    lease_token: Any
+    schedule_id: int | None = None
+    scope: str = "tenant"
+    # Set when this (tenant, type, key) already completed: the run is a recorded no-op.
+    done_by: int | None = None
+    # The W3C trace context of the request that scheduled the task (tasks.traceparent).
+    traceparent: str | None = None
+    # The task's own retry schedule (tasks.retry_delays), before the handler's.
+    retry_delays: list[timedelta] | None = None
+
+    # Decoded on first use, then kept: a handler that never reads them costs nothing.
+    @functools.cached_property
+    def payload(self) -> Any:
+        return None if self.payload_json is None else json.loads(self.payload_json)
+
+    @functools.cached_property
+    def metadata(self) -> dict[str, Any]:
+        decoded: dict[str, Any] = json.loads(self.metadata_json or "{}")
+        return decoded
+
+
+@dataclass(frozen=True)
+class UndecodableRow:
+    """A claimed row that cannot become a TaskRow; what its failure records."""
+
+    id: int
+    lease_token: Any
+    reason: str
+
+
+def describe_task(task: TaskRow | None) -> str:
+    """How a log line names a task: id, type, lane and attempt."""
+    if task is None:
+        return "task ?"
+    return f"task {task.id} (type {task.task_type}, lane {task.lane}, attempt {task.attempt})"

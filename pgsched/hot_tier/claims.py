@@ -1,6 +1,6 @@
 """Claiming through the hot tier: pop due ids from Redis, claim exactly those in Postgres.
 
-`RedisClaimSource.claim` has the signature of `pgsched.worker.claims.claim_many` and
+`RedisClaimSource.claim` has the signature of `pgsched.claims.claim_many` and
 replaces it in a worker started with `--redis`:
 
 1. Pop up to `n` due ids of the lane from its sorted set (`pop_due.lua`: one atomic,
@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 import redis
 
-from pgsched.handlers import TaskRow
+from pgsched.claims import claim_ids, claim_many
 from pgsched.hot_tier.config import HotTierConfig
 from pgsched.hot_tier.connection import (
     async_client,
@@ -43,7 +43,7 @@ from pgsched.hot_tier.connection import (
 )
 from pgsched.hot_tier.keys import LaneKeys, due_bands
 from pgsched.queries import query
-from pgsched.worker.claims import UndecodableRow, claim_ids, claim_many
+from pgsched.tasks import TaskRow, UndecodableRow
 
 log = logging.getLogger("pgsched.hot_tier.claims")
 

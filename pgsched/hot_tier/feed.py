@@ -38,7 +38,6 @@ from pgsched.hot_tier.config import HotTierConfig
 from pgsched.hot_tier.connection import async_client, client, redacted, script
 from pgsched.hot_tier.keys import LaneKeys, epoch_ms, score
 from pgsched.queries import query
-from pgsched.worker.outcomes import Outcome
 
 log = logging.getLogger("pgsched.hot_tier.feed")
 
@@ -185,11 +184,13 @@ class OutcomeFeed:
         self._pushing: set[asyncio.Task[None]] = set()
         self.pushed = 0
 
-    def after_outcomes(self, batch: list[Outcome], applied: set[int]) -> asyncio.Task[None] | None:
-        """Called once a batch of outcomes committed (`applied`: the ids whose outcome the
-        database took). Returns the push, running in the background (None: nothing to
-        push); it never raises."""
-        ids = [o.task_id for o in batch if o.outcome in REQUEUING and o.task_id in applied]
+    def after_outcomes(
+        self, batch: Iterable[tuple[int, str]], applied: set[int]
+    ) -> asyncio.Task[None] | None:
+        """Called once a batch of outcomes committed, as (task id, outcome) pairs
+        (`applied`: the ids whose outcome the database took). Returns the push, running in
+        the background (None: nothing to push); it never raises."""
+        ids = [task_id for task_id, outcome in batch if outcome in REQUEUING and task_id in applied]
         if not ids:
             return None
         if self._backoff.waiting():

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pgsched.handlers import TaskRow
+from pgsched.tasks import TaskRow, describe_task
 
 LOG_FORMATS = ("text", "json")
 
@@ -136,8 +136,6 @@ def log_attempt_failed(
     shown: str | None = None,
 ) -> None:
     """The one line of a failed attempt: retried (when, attempt / max) or gone DEAD."""
-    from pgsched.worker.threads import describe_task
-
     dead = outcome == "FAILED" or task.attempt >= task.max_attempts
     fields = task_fields(
         task, error_class=cls, error=error[:2000], duration_ms=attempt_duration_ms()

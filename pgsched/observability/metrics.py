@@ -29,9 +29,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from pgsched.handlers import TaskRow
 from pgsched.option_checks import require_seconds
 from pgsched.queries import query
+from pgsched.tasks import TaskRow
 
 # What a written outcome counts as (`pgsched_task_outcomes_total{outcome}`); each attempt
 # that ends is counted once, under exactly one of these.

@@ -31,11 +31,11 @@ from typing import Any
 import psycopg
 
 from pgsched import tracing
+from pgsched.claims import task_rows
 from pgsched.errors import ConfigError
-from pgsched.handlers import TaskRow
 from pgsched.lanes import WORK_LANES
 from pgsched.queries import query
-from pgsched.worker.claims import task_rows
+from pgsched.tasks import TaskRow
 from pgsched.worker.outcomes import Outcome, finish_params
 from pgsched.worker.runner import ConnectionSource, TaskRunner
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pgsched.handlers import CancelFlag, TaskRow
+from pgsched.handlers import CancelFlag
 from pgsched.observability.logs import task_fields
-from pgsched.worker.threads import describe_task
+from pgsched.tasks import TaskRow, describe_task
 
 log = logging.getLogger("pgsched.worker.cancels")
 

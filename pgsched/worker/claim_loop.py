@@ -37,8 +37,8 @@ from typing import Any
 
 import psycopg
 
-from pgsched.handlers import TaskRow
 from pgsched.lanes import Lane
+from pgsched.tasks import TaskRow
 from pgsched.worker.config import LaneSettings
 from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 

@@ -40,7 +40,8 @@ import traceback
 from typing import Any
 
 from pgsched.errors import ConfigError
-from pgsched.handlers import CancelFlag, Registration, TaskContext, TaskRow
+from pgsched.handlers import CancelFlag, Registration, TaskContext
+from pgsched.tasks import TaskRow
 
 log = logging.getLogger("pgsched.worker.handler_processes")
 

@@ -27,16 +27,17 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from pgsched.handlers import HandlerRegistry, TaskRow
+from pgsched.claims import claim_many, lane_next_due
+from pgsched.handlers import HandlerRegistry
 from pgsched.hot_tier.worker_side import open_hot_tier
 from pgsched.lanes import Lane
 from pgsched.observability.logs import Reachability, task_fields
 from pgsched.observability.metrics import WorkerMetrics
 from pgsched.pools import PromptAsyncPool, PromptPool
 from pgsched.queries import query
+from pgsched.tasks import TaskRow, describe_task
 from pgsched.worker.cancels import CancelRequests
 from pgsched.worker.claim_loop import LaneLoop
-from pgsched.worker.claims import claim_many, lane_next_due
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.connections import async_pool, open_async_pool
 from pgsched.worker.handler_processes import HandlerProcessPool
@@ -46,7 +47,7 @@ from pgsched.worker.outcomes import Outcome, OutcomeBuffer
 from pgsched.worker.runner import NEVER_CONNECTED_WAIT_SECONDS, ConnectionSource, TaskRunner
 from pgsched.worker.stall import LoopStallWatchdog
 from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
-from pgsched.worker.threads import LaneThreadPool, describe_task
+from pgsched.worker.threads import LaneThreadPool
 from pgsched.worker.wakeup import Wakeups
 
 log = logging.getLogger("pgsched.worker")
@@ -232,7 +233,7 @@ class LaneEngine:
             if feed is not None:
                 # After the outcomes' commit: retried and released tasks go back to Redis
                 # (best effort, in the background; awaited at shutdown before the pool closes).
-                pushing = feed.after_outcomes(batch, applied)
+                pushing = feed.after_outcomes(((o.task_id, o.outcome) for o in batch), applied)
                 if pushing is not None:
                     self._background.add(pushing)
                     pushing.add_done_callback(self._background.discard)

@@ -27,7 +27,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgsched import tracing
-from pgsched.handlers import CancelFlag, Registration, TaskContext, TaskRow, call_step
+from pgsched.handlers import CancelFlag, Registration, TaskContext, call_step
 from pgsched.observability.logs import (
     attempt_started,
     error_class,
@@ -36,6 +36,7 @@ from pgsched.observability.logs import (
 )
 from pgsched.queries import query
 from pgsched.retry import RetryPolicy
+from pgsched.tasks import TaskRow, describe_task
 from pgsched.worker.handler_processes import (
     HandlerProcessDied,
     HandlerProcessPool,
@@ -44,7 +45,7 @@ from pgsched.worker.handler_processes import (
     ProcessRun,
 )
 from pgsched.worker.outcomes import Outcome, finish_params
-from pgsched.worker.threads import RaisedInThread, describe_task, running_task
+from pgsched.worker.threads import RaisedInThread, running_task
 
 log = logging.getLogger("pgsched.worker.runner")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
-from pgsched.handlers import TaskRow
+from pgsched.tasks import TaskRow
 
 log = logging.getLogger("pgsched.worker.threads")
 
@@ -26,13 +26,6 @@ log = logging.getLogger("pgsched.worker.threads")
 running_task: contextvars.ContextVar[TaskRow | None] = contextvars.ContextVar(
     "pgsched_running_task", default=None
 )
-
-
-def describe_task(task: TaskRow | None) -> str:
-    """How a log line names a task: id, type, lane and attempt."""
-    if task is None:
-        return "task ?"
-    return f"task {task.id} (type {task.task_type}, lane {task.lane}, attempt {task.attempt})"
 
 
 class RaisedInThread(Exception):

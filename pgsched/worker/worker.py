@@ -29,13 +29,14 @@ import uuid
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pgsched.handlers import HandlerRegistry, TaskRow
+from pgsched.handlers import HandlerRegistry
 from pgsched.hot_tier.worker_side import open_mirror
 from pgsched.lanes import Lane
 from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics
 from pgsched.recurring import arm_after_task
 from pgsched.startup import wait_for_current_schema
 from pgsched.sweeps import Sweeper, default_sweeps
+from pgsched.tasks import TaskRow, describe_task
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.connections import sync_pool
 from pgsched.worker.gc_tuning import tune_gc_for_throughput
@@ -51,7 +52,7 @@ from pgsched.worker.lane_engine import (
     LaneEngine,
 )
 from pgsched.worker.leases import LeaseKeeper
-from pgsched.worker.threads import LaneThreadPool, describe_task
+from pgsched.worker.threads import LaneThreadPool
 
 log = logging.getLogger("pgsched.worker")
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import psycopg
 
+from pgsched.claims import claim_many
 from pgsched.handlers import TaskRow
 from pgsched.lanes import Lane
 from pgsched.worker.claim_loop import LaneLoop
-from pgsched.worker.claims import claim_many
 from pgsched.worker.config import LaneSettings
 from tests.support.lane_loops import next_due_in, opened_pool
 from tests.support.stale_statistics import schedule

@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from pgsched.claims import TASK_FIELDS, _claimed_rows, claim_many
 from pgsched.handlers import HandlerRegistry, TaskContext, TaskRow
 from pgsched.queries import query
 from pgsched.worker.cancels import CancelRequests
-from pgsched.worker.claims import TASK_FIELDS, _claimed_rows, claim_many
 from pgsched.worker.outcomes import Outcome, finish_params
 from pgsched.worker.runner import ConnectionSource, TaskRunner
 

@@ -21,13 +21,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from redis import asyncio as redis_async
 
+from pgsched.claims import claim_many
 from pgsched.handlers import TaskRow
 from pgsched.hot_tier import HotTierConfig
 from pgsched.hot_tier.claims import RedisClaimSource
 from pgsched.hot_tier.wakeups import RedisWakeups
 from pgsched.lanes import Lane
 from pgsched.worker.claim_loop import LaneLoop
-from pgsched.worker.claims import claim_many
 from pgsched.worker.config import LaneSettings
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer

@@ -9,9 +9,9 @@ from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
 
+from pgsched.claims import lane_next_due
 from pgsched.handlers import HandlerRegistry
 from pgsched.lanes import Lane
-from pgsched.worker.claims import lane_next_due
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.lane_engine import LaneEngine
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from pgsched.claims import task_row
 from pgsched.handlers import CancelFlag, HandlerRegistry, TaskContext, TaskHandler, TaskRow
-from pgsched.worker.claims import task_row
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.outcomes import Outcome, finish_params
 

@@ -28,8 +28,8 @@ from psycopg.adapt import Buffer, Loader, Transformer
 from psycopg.pq import Format
 
 from pgsched import tracing
-from pgsched.handlers import TaskRow
 from pgsched.queries import query
+from pgsched.tasks import TaskRow, UndecodableRow
 
 TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskRow))
 _new_row = object.__new__
@@ -54,15 +54,6 @@ class Undecodable:
 
     text: str
     error: str
-
-
-@dataclass(frozen=True)
-class UndecodableRow:
-    """A claimed row that cannot become a TaskRow; what its failure records."""
-
-    id: int
-    lease_token: Any
-    reason: str
 
 
 @functools.cache
