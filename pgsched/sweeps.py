@@ -298,6 +298,8 @@ class Sweeper:
     at once.
     """
 
+    name = "sweeps"
+
     def __init__(
         self,
         dsn: str,
@@ -325,6 +327,10 @@ class Sweeper:
         self._next_run = {sweep.name: 0.0 for sweep in self.sweeps}
         self._connected = False
         self._unreachable_since: float | None = None
+
+    def start(self) -> None:
+        """run() in a thread of its own (a worker's --sweeps; `pgsched sweeper` calls run)."""
+        threading.Thread(target=self.run, name="pgsched-sweeps", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()

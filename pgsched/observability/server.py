@@ -73,6 +73,8 @@ class Readiness:
 
 
 class MetricsServer:
+    name = "metrics"  # a service of the worker's or sweeper's shape (start, stop)
+
     def __init__(
         self,
         host: str,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -45,8 +46,8 @@ from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
 from pgsched.worker.runner import NEVER_CONNECTED_WAIT_SECONDS, ConnectionSource, TaskRunner
+from pgsched.worker.services import LoopService, LoopServices, Periodic
 from pgsched.worker.stall import LoopStallWatchdog
-from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 from pgsched.worker.threads import LaneThreadPool
 from pgsched.worker.wakeup import Wakeups
 
@@ -87,6 +88,7 @@ class LaneEngine:
         stop_worker: Callable[[], None],
     ) -> None:
         self.lane = lane
+        self.name = f"lane.{lane.value.lower()}"
         self.dsn = dsn
         self.worker_id = worker_id
         self.registry = registry
@@ -197,7 +199,12 @@ class LaneEngine:
                 f"worker {self.worker_id} lane {lane.value}", log, on_back=self._reconnect_now
             ),
         )
-        listen = asyncio.create_task(wakeups.run(), name=f"pgsched-listen-{lane.value}")
+        # The lane's loops are services (pgsched/worker/services.py): listen starts first,
+        # so that no notification sent once the pool runs is missed.
+        services = LoopServices(on_died=self._stop_worker)
+        tag = self.name
+        listen = LoopService(f"{tag}.listen", wakeups.run)
+        services.start(listen)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wakeups.connected.wait(), 2.0)
         transactional = [r for r in self.registry.registrations() if r.transactional]
@@ -217,7 +224,7 @@ class LaneEngine:
         if isinstance(self._plain_pool, PromptPool):  # shared by the lanes: any may tell it
             self._pools.append(self._plain_pool)
         if not await open_async_pool(pool, self._stop, plain_pool=plain_pool):
-            listen.cancel()
+            await services.stop(listen)
             await pool.close()
             if hot_tier is not None:
                 await hot_tier.close()
@@ -335,26 +342,25 @@ class LaneEngine:
             loop, config.stall_threshold, self._blocking_task, name=f"lane {lane.value}"
         )
         background = [
-            listen,
-            asyncio.create_task(buffer.run(), name="pgsched-outcomes"),
-            asyncio.create_task(ledger.run(), name="pgsched-ledger"),
-            asyncio.create_task(self._rescue_loop(pool), name="pgsched-rescue"),
-            asyncio.create_task(watchdog.stamp(), name="pgsched-stall-stamp"),
+            LoopService(f"{tag}.outcomes", buffer.run),
+            LoopService(f"{tag}.ledger", ledger.run),
+            Periodic(f"{tag}.lease_rescue", config.rescue_interval, lambda: self._rescue(pool)),
+            Periodic(f"{tag}.stall_stamp", watchdog.tick, watchdog.stamp),
         ]
         if hot_tier is not None:
-            background.append(
-                asyncio.create_task(hot_tier.wakeups(wakeups.events), name="pgsched-redis-wake")
-            )
+            redis_wakeups = functools.partial(hot_tier.wakeups, wakeups.events)
+            background.append(LoopService(f"{tag}.redis_wakeups", redis_wakeups))
+        claims = LoopService(f"{tag}.claims", lane_loop.run)
+        services.start(*background)
         watchdog.start()
-        claimer = asyncio.create_task(lane_loop.run(), name=f"pgsched-{lane}")
-        for task in (*background, claimer):
-            task.add_done_callback(self._on_loop_exit)
+        services.start(claims)
         self.started.set_result(True)
         try:
             await self._stop.wait()
         finally:
-            claimer.cancel()
-            await asyncio.gather(claimer, return_exceptions=True)
+            # Stop claiming; release what the claims in flight got; finish or release what
+            # runs; write every outcome; then stop the other loops, the watchdog last.
+            await services.stop(claims)
             await self._release_claims_cut_short(buffer)
             await self._drain(buffer)
             # The database may be unreachable: writing the outcomes gets the grace period,
@@ -363,9 +369,7 @@ class LaneEngine:
             await buffer.flush(give_up_at)
             if self._background:
                 await asyncio.gather(*self._background, return_exceptions=True)
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await services.stop(listen, *background)
             await buffer.flush(give_up_at)
             self.unwritten = buffer.unwritten_task_ids()
             watchdog.stop()
@@ -458,15 +462,6 @@ class LaneEngine:
         started = self._started_at.get(task_id)
         return None if started is None else round((time.monotonic() - started) * 1000, 1)
 
-    def _on_loop_exit(self, task: asyncio.Task[None]) -> None:
-        """A loop of the lane must never end on its own: if one dies, say why loudly and
-        stop the worker (a supervisor restarts the process; leases keep the tasks safe)."""
-        if task.cancelled():
-            return
-        exc = task.exception()
-        log.critical("worker loop %s died: %r; stopping", task.get_name(), exc, exc_info=exc)
-        self._stop_worker()
-
     def _hold_claims(self) -> None:
         """A task was given back for want of a connection slot: let the other workers,
         woken by its release, take it before this one claims again."""
@@ -550,18 +545,11 @@ class LaneEngine:
             self._background.add(arming)
             arming.add_done_callback(self._background.discard)
 
-    async def _rescue_loop(self, pool: Any) -> None:
+    async def _rescue(self, pool: Any) -> None:
         """Expired leases of this lane go back to be claimed (or to DEAD)."""
         lane = self.lane
-        while True:
-            await asyncio.sleep(self.config.rescue_interval)
-            try:
-                async with pool.connection() as conn:
-                    cur = await conn.execute(query("lease_rescue_expired"), {"lane": lane.value})
-                    row = await cur.fetchone()
-                if row and row[0]:
-                    log.warning("lane %s: rescued %s tasks whose worker was lost", lane, row[0])
-            except Exception as exc:
-                log.warning("lease rescue failed (%s)", exc)
-            # A cancel landing as the pool handed over the connection is swallowed.
-            raise_if_cancel_swallowed()
+        async with pool.connection() as conn:
+            cur = await conn.execute(query("lease_rescue_expired"), {"lane": lane.value})
+            row = await cur.fetchone()
+        if row and row[0]:
+            log.warning("lane %s: rescued %s tasks whose worker was lost", lane, row[0])

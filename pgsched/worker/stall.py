@@ -3,7 +3,7 @@
 Async handlers share their lane's event loop: an `async def` that blocks (a `time.sleep`,
 a synchronous HTTP call, a long CPU loop) holds its lane's claims, wake-ups and outcome
 writes until it returns (other lanes run on loops of their own). Nothing on the loop can
-notice that, so a thread does: a coroutine stamps the time every few hundred
+notice that, so a thread does: a service on the loop stamps the time every few hundred
 milliseconds, and when the stamp is older than the threshold the thread logs which task
 the loop is running (the coroutine that has not yielded), then logs again once the loop
 runs again, with how long it stood.
@@ -37,11 +37,14 @@ class LoopStallWatchdog(threading.Thread):
         self._stop_event = threading.Event()
         self.stalls = 0
 
+    @property
+    def tick(self) -> float:
+        """How often the loop must stamp (`stamp` runs as a Periodic service)."""
+        return self._tick
+
     async def stamp(self) -> None:
-        """Runs on the loop: proves it ticks."""
-        while True:
-            self._stamp = time.monotonic()
-            await asyncio.sleep(self._tick)
+        """Runs on the loop, every tick: proves it ticks."""
+        self._stamp = time.monotonic()
 
     def stop(self) -> None:
         self._stop_event.set()

@@ -52,6 +52,7 @@ from pgsched.worker.lane_engine import (
     LaneEngine,
 )
 from pgsched.worker.leases import LeaseKeeper
+from pgsched.worker.services import Service
 from pgsched.worker.threads import LaneThreadPool
 
 log = logging.getLogger("pgsched.worker")
@@ -132,9 +133,46 @@ class Worker:
         self.request_stop()
 
     async def run(self, install_signal_handlers: bool = True) -> None:
+        """The worker's services (pgsched/worker/services.py), started in this order and
+        stopped in the order of the `finally` block."""
+        if not await self._prepare(install_signal_handlers):
+            return
+        heartbeat = await self._heartbeat()
+        plain_pool = self._plain_pool()
+        lanes = self._lanes(heartbeat, plain_pool)
+        sweeps: list[Service] = []
+        try:
+            for lane in lanes:
+                lane.start()
+            if await self._all_started(lanes):
+                sweeps = self._sweeps()
+                for service in sweeps:
+                    service.start()
+                self._log_running()
+                await self._stop_requested_event().wait()
+        finally:
+            claiming: list[Service] = [*lanes, *sweeps]
+            for service in claiming:
+                service.stop()  # no new claims, no new sweeps
+            # Each lane drains and writes its outcomes on its own loop, all at once, while
+            # the heartbeat keeps the leases of what still runs.
+            await self._ended(lanes)
+            heartbeat.stop()
+            if plain_pool is not None:
+                plain_pool.close()
+            self._account(lanes)
+
+    # -- the steps of run ---------------------------------------------------------------
+
+    def _stop_requested_event(self) -> asyncio.Event:
+        assert self._stop_requested is not None
+        return self._stop_requested
+
+    async def _prepare(self, install_signal_handlers: bool) -> bool:
+        """Signals, the handlers' checks, the database and its schema, the fork server.
+        False: asked to stop while waiting for the database."""
         loop = self._loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
-        stopped = self._stop_requested.is_set
         tune_gc_for_throughput()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -146,16 +184,19 @@ class Worker:
         for registration in in_process:
             check_importable(registration)
         # Wait for the database, refuse a schema this pgsched does not match (raises).
+        stopped = self._stop_requested.is_set
         if not await asyncio.to_thread(wait_for_current_schema, self.dsn, "worker", stopped):
-            return
+            return False
         if in_process:
             # The fork server imports the handlers' modules once; every handler process is
             # forked from it (handler_processes.py).
             preload(in_process)
             await asyncio.to_thread(start_fork_server)
-        lanes = self.config.lanes
-        # The heartbeat's own connection first, then the lanes': with few server slots the
-        # pools run short, never the lease renewals.
+        return True
+
+    async def _heartbeat(self) -> LeaseKeeper:
+        """The heartbeat's own connection first, then the lanes': with few server slots the
+        pools run short, never the lease renewals."""
         keeper = LeaseKeeper(
             self.dsn,
             self.config.lease_seconds,
@@ -165,15 +206,20 @@ class Worker:
         )
         await asyncio.to_thread(keeper.connect)
         keeper.start()
-        plain_pool: ConnectionPool | None = None
-        if any(not r.is_async and r.transactional for r in self.registry.registrations()):
-            # Made once, here: plain transactional handlers of every lane share it from many
-            # threads. The first lane opens it after its own first connection.
-            plain_pool = sync_pool(
-                self.dsn,
-                min(self.config.concurrency, MAX_TRANSACTION_CONNECTIONS),
-                kwargs=self.config.connect_kwargs,
-            )
+        return keeper
+
+    def _plain_pool(self) -> ConnectionPool | None:
+        """Made once, here: plain transactional handlers of every lane share it from many
+        threads. The first lane opens it after its own first connection."""
+        if not any(not r.is_async and r.transactional for r in self.registry.registrations()):
+            return None
+        return sync_pool(
+            self.dsn,
+            min(self.config.concurrency, MAX_TRANSACTION_CONNECTIONS),
+            kwargs=self.config.connect_kwargs,
+        )
+
+    def _lanes(self, keeper: LeaseKeeper, plain_pool: ConnectionPool | None) -> list[LaneEngine]:
         self._engines = {
             lane: LaneEngine(
                 lane,
@@ -189,82 +235,78 @@ class Worker:
                 arm_next=self._arm_next,
                 stop_worker=self.request_stop,
             )
-            for i, lane in enumerate(lanes)
+            for i, lane in enumerate(self.config.lanes)
         }
-        engines = list(self._engines.values())
-        for engine in engines:
-            engine.start()
-        stop_wait = asyncio.ensure_future(self._stop_requested.wait())
+        return list(self._engines.values())
+
+    async def _all_started(self, engines: list[LaneEngine]) -> bool:
+        """True once every lane runs; False if a stop was asked first. A lane that could
+        not start (a Redis that may evict, say) raises its error: the worker cannot run."""
+        stop_wait = asyncio.ensure_future(self._stop_requested_event().wait())
         starting = [asyncio.wrap_future(engine.started) for engine in engines]
-        scheduler: Sweeper | None = None
+        all_started = asyncio.ensure_future(asyncio.gather(*starting))
         try:
-            all_started = asyncio.ensure_future(asyncio.gather(*starting))
             await asyncio.wait({stop_wait, all_started}, return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
-            if all_started.done() and all_started.exception() is not None:
-                # A lane could not start (a Redis that may evict, say): the worker cannot.
-                raise all_started.exception()  # type: ignore[misc]
-            if not stopped():
-                if self.metrics is not None:
-                    for engine in engines:
-                        self.metrics.watch_in_flight(engine.lane.value, engine.in_flight)
-                scheduler = self._start_sweeps()
-                log.info(
-                    "worker %s running lanes %s",
-                    self.worker_id,
-                    ",".join(lanes),
-                    extra={"worker_id": self.worker_id},
-                )
-                await stop_wait
         finally:
             stop_wait.cancel()
+        if all_started.done() and all_started.exception() is not None:
+            raise all_started.exception()  # type: ignore[misc]
+        if self._stop_requested_event().is_set():
+            return False
+        if self.metrics is not None:
             for engine in engines:
-                engine.stop()
-            if scheduler is not None:
-                scheduler.stop()
-            # Each lane drains and writes its outcomes on its own loop, all at once.
-            ended = await asyncio.gather(
-                *(asyncio.wrap_future(engine.finished) for engine in engines),
-                return_exceptions=True,
-            )
-            keeper.stop()
-            if plain_pool is not None:
-                plain_pool.close()
-            for engine, result in zip(engines, ended, strict=True):
-                if isinstance(result, BaseException) and not isinstance(
-                    result, asyncio.CancelledError
-                ):
-                    log.error("lane %s ended with an error: %r", engine.lane, result)
-            self._give_up_unwritten([i for engine in engines for i in engine.unwritten])
-            self.abandoned_threads = sum(e.thread_pool.alive_threads() for e in engines)
-            self.completed = sum(engine.completed for engine in engines)
-            ran = any(
-                e.started.done() and e.started.exception() is None and e.started.result()
-                for e in engines
-            )
-            if ran:
-                log.info("worker %s stopped", self.worker_id)
-            else:
-                log.info("worker %s stopped before it could start", self.worker_id)
+                self.metrics.watch_in_flight(engine.lane.value, engine.in_flight)
+        return True
 
-    def _start_sweeps(self) -> Sweeper | None:
-        """With --sweeps: the sweeps in a thread of their own (one leader among all)."""
+    def _sweeps(self) -> list[Service]:
+        """With --sweeps: the sweeper, in a thread of its own (one leader among all)."""
         if not self.config.run_sweeps:
-            return None
+            return []
         sweeps = default_sweeps()
         if self.sweeper_metrics is not None:
             sweeps.append(self.sweeper_metrics.sweep)
         if self.config.hot_tier is not None:
             sweeps.append(open_mirror(self.config.hot_tier))
-        scheduler = Sweeper(
+        sweeper = Sweeper(
             self.dsn,
             sweeps,
             listen_dsn=self.config.listen_dsn,
             prepare_threshold=self.config.prepare_threshold,
         )
         if self.sweeper_metrics is not None:
-            self.sweeper_metrics.follow(lambda: scheduler.is_leader)
-        threading.Thread(target=scheduler.run, name="pgsched-sweeps", daemon=True).start()
-        return scheduler
+            self.sweeper_metrics.follow(lambda: sweeper.is_leader)
+        return [sweeper]
+
+    def _log_running(self) -> None:
+        log.info(
+            "worker %s running lanes %s",
+            self.worker_id,
+            ",".join(self.config.lanes),
+            extra={"worker_id": self.worker_id},
+        )
+
+    async def _ended(self, engines: list[LaneEngine]) -> None:
+        ended = await asyncio.gather(
+            *(asyncio.wrap_future(engine.finished) for engine in engines),
+            return_exceptions=True,
+        )
+        for engine, result in zip(engines, ended, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.error("lane %s ended with an error: %r", engine.lane, result)
+
+    def _account(self, engines: list[LaneEngine]) -> None:
+        """What the lanes did, and what they could not: the exit status, the last line."""
+        self._give_up_unwritten([i for engine in engines for i in engine.unwritten])
+        self.abandoned_threads = sum(e.thread_pool.alive_threads() for e in engines)
+        self.completed = sum(engine.completed for engine in engines)
+        ran = any(
+            e.started.done() and e.started.exception() is None and e.started.result()
+            for e in engines
+        )
+        if ran:
+            log.info("worker %s stopped", self.worker_id)
+        else:
+            log.info("worker %s stopped before it could start", self.worker_id)
 
     @property
     def _final_flush_seconds(self) -> float:
