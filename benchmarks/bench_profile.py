@@ -79,8 +79,8 @@ PY_PARTS = (
         "claim",
         (
             "pgsched/claims.py",
-            "claim (pgsched/worker/worker.py",
-            "claim_rows (pgsched/worker/worker.py",
+            "claim (pgsched/worker/lane_engine.py",
+            "claim_rows (pgsched/worker/lane_engine.py",
         ),
     ),
     ("claim loop", ("pgsched/worker/claim_loop.py",)),

@@ -10,7 +10,9 @@ claim_loop.py  one claim loop per lane: claim, start, sleep until the next due t
 threads.py   each lane's own thread pool for plain handlers; stuck threads counted
 stall.py     the watchdog that names a task blocking the event loop
 gc_tuning.py the garbage-collector settings of a worker process
-worker.py    wires them together; graceful shutdown on SIGTERM / SIGINT
+services.py  the one shape of every loop above: name, start, stop, unit of work, errors
+lane_engine.py  one lane: its event loop and thread, and the list of its services
+worker.py    the process: the heartbeat, the lanes, the sweeper; shutdown on SIGTERM / SIGINT
 """
 
 from pgsched.worker.config import LaneSettings, WorkerConfig

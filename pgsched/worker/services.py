@@ -1,8 +1,8 @@
 """The worker as a list of services of one shape.
 
-Every background loop of a worker is a service: it has a name (its log name, under
-`pgsched.service.`), `start()` and `stop()` (from the thread that owns it; `stop` returns
-at once), and a unit of work that ends (one claim, one flush, one rescue, one beat):
+Every background loop of a worker is a service: it has a name (its failures are logged
+under `pgsched.service.<name>`), `start()` and `stop()` (`stop` returns at once), and a
+unit of work that ends (one claim, one flush, one rescue, one beat):
 
     LoopService  runs on the event loop that starts it until it is stopped; its unit of
                  work and its wait are its own (the claim loop sleeps until the next due
@@ -48,12 +48,12 @@ def service_log(name: str) -> logging.Logger:
 
 
 class LoopService:
-    """`run` on the event loop that calls `start`, until `stop` cancels it."""
+    """`work` on the event loop that calls `start`, until `stop` cancels it."""
 
-    def __init__(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
         self.name = name
         self.log = service_log(name)
-        self._run = run
+        self._work = work
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         # Told when the service ended on its own (see module docstring).
@@ -61,7 +61,7 @@ class LoopService:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
-            self._main(), name=f"pgsched-{self.name}"
+            self.run(), name=f"pgsched-{self.name}"
         )
         self._task.add_done_callback(self._ended)
 
@@ -75,8 +75,9 @@ class LoopService:
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
 
-    async def _main(self) -> None:
-        await self._run()
+    async def run(self) -> None:
+        """The whole run, until cancelled (`start` runs it as a task)."""
+        await self._work()
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self._stopping:
@@ -95,11 +96,11 @@ class Periodic(LoopService):
         super().__init__(name, run_once)
         self.interval = interval
 
-    async def _main(self) -> None:
+    async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                await self._run()
+                await self._work()
             except Exception as exc:
                 self.log.warning(
                     "%s failed (%s); it runs again in %gs",

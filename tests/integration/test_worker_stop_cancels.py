@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -31,6 +32,7 @@ from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.config import LaneSettings
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
+from pgsched.worker.services import Periodic
 from tests.support.lane_loops import bare_lane_engine, next_due_in, opened_pool
 from tests.support.redis_server import RedisServer
 
@@ -273,7 +275,10 @@ def test_the_lease_rescue_loop_cancelled_as_the_pool_hands_it_a_connection_stops
         async with opened_pool(db_dsn, max_size=1) as pool:
             for steps in HAND_OVER_STEPS:
                 held = await pool.getconn()
-                running = asyncio.create_task(lane._rescue_loop(pool))
+                rescue = Periodic(
+                    "lease_rescue", lane.config.rescue_interval, partial(lane._rescue, pool)
+                )
+                running = asyncio.create_task(rescue.run())
                 if not await cancelled_at_hand_over(pool, held, running, steps):
                     ran_on.append(steps)
         return ran_on
