@@ -1,7 +1,7 @@
 """The worker as a list of services of one shape.
 
 Every background loop of a worker is a service: it has a name (its failures are logged
-under `pgsched.service.<name>`), `start()` and `stop()` (`stop` returns at once), and a
+under `pgsched.worker.<name>`), `start()` and `stop()` (`stop` returns at once), and a
 unit of work that ends (one claim, one flush, one rescue, one beat):
 
     LoopService  runs on the event loop that starts it until it is stopped; its unit of
@@ -44,7 +44,7 @@ class Service(Protocol):
 
 def service_log(name: str) -> logging.Logger:
     """The logger a service's own lines go to."""
-    return logging.getLogger(f"pgsched.service.{name}")
+    return logging.getLogger(f"pgsched.worker.{name}")
 
 
 class LoopService:
@@ -60,9 +60,7 @@ class LoopService:
         self.on_died: Callable[[], None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self.run(), name=f"pgsched-{self.name}"
-        )
+        self._task = asyncio.get_running_loop().create_task(self.run(), name=f"pgsched-{self.name}")
         self._task.add_done_callback(self._ended)
 
     def stop(self) -> None:

@@ -31,10 +31,10 @@ def test_a_failed_run_is_logged_by_name_and_the_next_one_comes(
             await asyncio.sleep(0.01)
         await services.stop(service)
 
-    with caplog.at_level(logging.WARNING, logger="pgsched.service"):
+    with caplog.at_level(logging.WARNING, logger="pgsched.worker"):
         asyncio.run(scenario())
     assert len(runs) >= 3
-    failed = [r for r in caplog.records if r.name == "pgsched.service.lane.normal.lease_rescue"]
+    failed = [r for r in caplog.records if r.name == "pgsched.worker.lane.normal.lease_rescue"]
     assert len(failed) == 1, caplog.text
     assert failed[0].getMessage() == (
         "lane.normal.lease_rescue failed (the database went away); it runs again in 0.01s"
@@ -58,10 +58,10 @@ def test_a_loop_that_ends_on_its_own_is_logged_by_name_and_stops_the_worker(
         await service.ended()
         await asyncio.sleep(0)  # the done callback runs on the next turn of the loop
 
-    with caplog.at_level(logging.CRITICAL, logger="pgsched.service"):
+    with caplog.at_level(logging.CRITICAL, logger="pgsched.worker"):
         asyncio.run(scenario())
     assert died == ["stop"]
-    (record,) = [r for r in caplog.records if r.name == "pgsched.service.lane.high.outcomes"]
+    (record,) = [r for r in caplog.records if r.name == "pgsched.worker.lane.high.outcomes"]
     assert record.getMessage().startswith("service lane.high.outcomes died: ")
     if ending == "raises":
         assert "a bug in the loop" in record.getMessage()
@@ -91,6 +91,6 @@ def test_stopped_services_end_quietly_and_stop_waits_for_their_end(
         assert sorted(cleaned_up) == ["a", "b"]
         await asyncio.sleep(0.01)
 
-    with caplog.at_level(logging.DEBUG, logger="pgsched.service"):
+    with caplog.at_level(logging.DEBUG, logger="pgsched.worker"):
         asyncio.run(scenario())
-    assert not [r for r in caplog.records if r.name.startswith("pgsched.service")]
+    assert not [r for r in caplog.records if r.name.startswith("pgsched.worker.")]
