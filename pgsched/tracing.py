@@ -30,17 +30,15 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence, Sized
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pgsched.errors import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from pgsched.handlers import TaskRow
     from pgsched.producer import ScheduleOptions
-    from pgsched.tasks import ScheduledTask, TaskSpec
-    from pgsched.worker.outcomes import Outcome
+    from pgsched.tasks import ScheduledTask, TaskRow, TaskSpec
 
 log = logging.getLogger("pgsched.tracing")
 
@@ -296,13 +294,27 @@ def executing(task: TaskRow) -> contextlib.AbstractContextManager[Any]:
     return _executing(tracer, task)
 
 
-def recording(record: Callable[[Outcome], None]) -> Callable[[Outcome], None]:
+class _Reported(Protocol):
+    """What a span reads of an outcome (the worker's `Outcome`; this module imports
+    nothing from the worker, which imports it)."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+_OutcomeT = TypeVar("_OutcomeT", bound=_Reported)
+
+
+def recording(record: Callable[[_OutcomeT], None]) -> Callable[[_OutcomeT], None]:
     """`record` (the runner's outcome sink), also noting each outcome on the execution
     span current where it is recorded. Off: `record` itself."""
     if _decide() is None:
         return record
 
-    def traced(outcome: Outcome) -> None:
+    def traced(outcome: _OutcomeT) -> None:
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode
 

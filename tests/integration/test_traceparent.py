@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from pgsched import App, InvalidTaskError
+from pgsched.claims import task_rows
 from pgsched.queries import query
-from pgsched.worker.claims import task_rows
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
