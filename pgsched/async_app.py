@@ -11,7 +11,7 @@
 Each call is the same as App's (the same checks, named statement and arguments, from
 `pgsched.producer`), awaited. With `conn=` (a caller's `psycopg.AsyncConnection`) the task
 is written inside the caller's transaction; without, a pooled connection runs it and it is
-committed at once.
+committed at once. `result` waits for a task's return value as App.result does.
 
 The pool opens on first use, so building an AsyncApp starts nothing (a web framework's
 start-up hook need not know about it); `await app.close()` (or `async with AsyncApp(...)`)
@@ -26,6 +26,8 @@ AsyncApp schedules reach the Redis mirror on the sweep leader's next mirror pass
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -37,7 +39,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgsched import producer, tracing
 from pgsched.dsn import resolve_dsn
-from pgsched.errors import translate
+from pgsched.errors import (
+    ConfigError,
+    InvalidTaskError,
+    ResultTimeoutError,
+    TaskFailedError,
+    translate,
+)
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
 from pgsched.pools import PromptAsyncPool
 from pgsched.producer import CancelWhereOptions, RecurringOptions, ScheduleOptions
@@ -61,7 +69,7 @@ class AsyncApp:
         self._dsn = dsn
         self.prepare_threshold = parse_prepare_threshold(prepare_threshold, "prepare_threshold")
         if min_size < 0 or max_size < max(min_size, 1):
-            raise ValueError(
+            raise ConfigError(
                 f"pool sizes: need 0 <= min_size <= max_size and max_size >= 1, "
                 f"got min_size={min_size}, max_size={max_size}"
             )
@@ -216,6 +224,56 @@ class AsyncApp:
         if row is None:
             raise RuntimeError("statement 'schedule_recurring' returned no row")
         return int(row["schedule_id"])
+
+    async def result(self, task_id: int, *, timeout: float | None = None) -> Any:
+        """App.result, awaited: wait for the task to finish and return its handler's return
+        value. Raises TaskFailedError (DEAD or CANCELLED), ResultTimeoutError, or
+        TaskNotFoundError. Waits on LISTEN pgsched_result on a connection of its own (not
+        the pool's: a LISTEN must not outlive the call on a pooled session); nothing polls."""
+        if timeout is not None and not timeout >= 0:
+            raise InvalidTaskError(f"timeout must be 0 or more seconds, got {timeout}")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        token = uuid.uuid4()
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as c:
+            await c.execute(query("task_result_listen"))
+            try:
+                while True:
+                    async with c.cursor(row_factory=dict_row) as cur:
+                        try:
+                            await cur.execute(
+                                query("task_outcome"), {"task_id": task_id, "wait_token": token}
+                            )
+                        except psycopg.Error as exc:
+                            raise translate(exc) from exc
+                        row = await cur.fetchone()
+                    assert row is not None
+                    if row["status"] == "COMPLETED":
+                        return row["result"]
+                    if row["status"] in ("FAILED", "CANCELLED"):
+                        raise TaskFailedError(task_id, row["status"], row["reason"])
+                    left = None if deadline is None else deadline - loop.time()
+                    if left is not None and left <= 0:
+                        raise ResultTimeoutError(
+                            f"task {task_id} did not finish within {timeout}s "
+                            f"(it is {row['status']})"
+                        )
+                    await self._await_finish(c, task_id, left)
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    await c.execute(query("task_result_unwait"), {"wait_token": token})
+
+    @staticmethod
+    async def _await_finish(c: AsyncConn, task_id: int, left: float | None) -> None:
+        """Until a notification names the task, or `left` seconds pass."""
+        wanted = str(task_id)
+        loop = asyncio.get_running_loop()
+        deadline = None if left is None else loop.time() + left
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - loop.time())
+            notes = [n async for n in c.notifies(timeout=wait, stop_after=1)]
+            if not notes or any(n.payload == wanted for n in notes):
+                return
 
     async def cancel(
         self,

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from pgsched import App, AsyncApp, InvalidTaskError, RetryPolicy, TaskNotFoundError
+from pgsched.errors import ResultTimeoutError, TaskFailedError
 from pgsched.testing import drain
 
 COLUMNS = (
@@ -169,3 +170,43 @@ def test_the_pool_opens_on_first_use_only(db_dsn: str) -> None:
     app = AsyncApp("host=nowhere.invalid dbname=x connect_timeout=1")
     assert app._pool is None  # building it connected to nothing
     assert AsyncApp(db_dsn)._pool is None
+
+
+def test_result_waits_for_the_return_value_or_names_the_failure(
+    db_dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    handlers = App(db_dsn)
+
+    @handlers.handler("adds")
+    def adds(ctx: Any) -> dict[str, int]:
+        return {"sum": ctx.payload["a"] + ctx.payload["b"]}
+
+    @handlers.handler("refuses", retry=RetryPolicy(base_seconds=1, cap_seconds=1))
+    def refuses(ctx: Any) -> None:
+        raise RuntimeError("no")
+
+    async def main() -> None:
+        async with AsyncApp(db_dsn) as app:
+            done = await app.schedule("adds", {"a": 2, "b": 3})
+            dead = await app.schedule("refuses", max_attempts=1)
+            later = await app.schedule(
+                "adds", {"a": 1, "b": 1}, run_at=datetime.now(UTC) + timedelta(days=1)
+            )
+            # The result arrives while result() waits: drained in a thread meanwhile.
+            waiting = asyncio.ensure_future(app.result(done, timeout=60))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            await asyncio.to_thread(drain, handlers)
+            assert await waiting == {"sum": 5}
+            with pytest.raises(TaskFailedError, match=f"task {dead} is DEAD"):
+                await app.result(dead, timeout=5)
+            with pytest.raises(ResultTimeoutError, match=r"did not finish within 0\.3s"):
+                await app.result(later, timeout=0.3)
+            with pytest.raises(TaskNotFoundError):
+                await app.result(10**12, timeout=1)
+            with pytest.raises(InvalidTaskError, match="timeout must be 0 or more"):
+                await app.result(done, timeout=-1)
+
+    asyncio.run(main())
+    # No waiter is left behind.
+    assert conn.execute("SELECT count(*) FROM pgsched.task_result_waiters").fetchone() == (0,)
