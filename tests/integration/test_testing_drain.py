@@ -147,3 +147,59 @@ def test_drain_and_assertions_inside_a_callers_transaction(db_dsn: str, conn: An
     assert conn.execute("SELECT count(*) FROM pgsched.tasks WHERE id = %s", (task,)).fetchone() == (
         0,
     )
+
+
+def _ledger_app(dsn: str) -> App:
+    app = App(dsn)
+
+    @app.handler("credit", transactional=True)
+    def credit(ctx: Any) -> None:
+        ctx.connection.execute("INSERT INTO public.ledger VALUES (%s)", (ctx.payload["n"],))
+        if ctx.payload.get("fail"):
+            raise RuntimeError("refused after writing")
+
+    @app.handler("acredit", transactional=True)
+    async def acredit(ctx: Any) -> None:
+        await ctx.connection.execute("INSERT INTO public.ledger VALUES (%s)", (ctx.payload["n"],))
+
+    return app
+
+
+def test_transactional_handlers_commit_with_their_completion(db_dsn: str, conn: Any) -> None:
+    conn.execute("CREATE TABLE public.ledger (n int)")
+    app = _ledger_app(db_dsn)
+    ok = app.schedule("credit", {"n": 1})
+    aok = app.schedule("acredit", {"n": 2})
+    bad = app.schedule("credit", {"n": 3, "fail": True})
+    result = drain(app)
+    assert {(r.task_id, r.outcome) for r in result.ran} == {
+        (ok, "COMPLETED"),
+        (aok, "COMPLETED"),
+        (bad, "RETRY"),
+    }
+    # The failed attempt's write rolled back with it.
+    assert conn.execute("SELECT array_agg(n ORDER BY n) FROM public.ledger").fetchone() == ([1, 2],)
+    assert _status(conn, ok)[0] == "COMPLETED" and _status(conn, aok)[0] == "COMPLETED"
+
+
+def test_transactional_handlers_in_a_callers_transaction_use_a_savepoint(
+    db_dsn: str, conn: Any
+) -> None:
+    conn.execute("CREATE TABLE public.ledger (n int)")
+    app = _ledger_app(db_dsn)
+    with psycopg.connect(db_dsn) as tx:
+        ok = app.schedule("credit", {"n": 1}, conn=tx)
+        bad = app.schedule("credit", {"n": 3, "fail": True}, conn=tx)
+        aok = app.schedule("acredit", {"n": 2}, conn=tx)
+        result = drain(app, conn=tx)
+        outcomes = {r.task_id: r for r in result.ran}
+        assert outcomes[ok].outcome == "COMPLETED"
+        assert outcomes[bad].outcome == "RETRY"
+        # An async transactional handler needs an AsyncConnection in this transaction,
+        # which cannot be had: its attempt fails, saying why, and nothing else is harmed.
+        assert outcomes[aok].outcome == "RETRY"
+        assert "drain on a database" in (outcomes[aok].error or "")
+        assert tx.execute("SELECT array_agg(n) FROM public.ledger").fetchone() == ([1],)
+        assert_scheduled("acredit", conn=tx)
+        tx.rollback()
+    assert conn.execute("SELECT count(*) FROM public.ledger").fetchone() == (0,)
