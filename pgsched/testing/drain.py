@@ -192,6 +192,12 @@ def drain(
     the tasks are read and written in (the `pgsched_tx` fixture's).
 
     From async code, `await drain_async(...)`."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise ConfigError("drain() runs its own event loop: from async code, await drain_async()")
     return asyncio.run(
         drain_async(
             app,

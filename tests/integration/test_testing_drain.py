@@ -3,6 +3,7 @@ writes what a worker writes; the assertions read the rows."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,9 +13,11 @@ import pytest
 from pgsched import App, RetryPolicy, TaskHandler
 from pgsched.errors import ConfigError
 from pgsched.testing import (
+    DrainResult,
     assert_not_scheduled,
     assert_scheduled,
     drain,
+    drain_async,
     scheduled_tasks,
 )
 
@@ -203,3 +206,23 @@ def test_transactional_handlers_in_a_callers_transaction_use_a_savepoint(
         assert_scheduled("acredit", conn=tx)
         tx.rollback()
     assert conn.execute("SELECT count(*) FROM public.ledger").fetchone() == (0,)
+
+
+def test_drain_async_from_a_running_event_loop(db_dsn: str, conn: Any) -> None:
+    app = App(db_dsn)
+    seen: list[int] = []
+
+    @app.handler("async_ok")
+    async def async_ok(ctx: Any) -> None:
+        seen.append(ctx.payload["n"])
+
+    async def test_body() -> DrainResult:
+        # As an async test would: scheduled and drained inside the running loop.
+        for n in range(3):
+            app.schedule("async_ok", {"n": n})
+        with pytest.raises(ConfigError, match="from async code, await drain_async"):
+            drain(app)
+        return await drain_async(app)
+
+    result = asyncio.run(test_body())
+    assert result.completed == 3 and seen == [0, 1, 2]
