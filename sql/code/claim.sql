@@ -136,6 +136,10 @@ DECLARE
     c_tenant text[] := '{}';
     admitted bigint[];
 BEGIN
+    IF task_claim_many.max_tasks IS NULL OR task_claim_many.max_tasks < 0 THEN
+        RAISE EXCEPTION 'pgsched: max_tasks must be 0 or more, got %', quote_nullable(task_claim_many.max_tasks)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     -- Planned once per connection (see the top of this file).
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
     SELECT NOT (task_claim_many.lane = ANY (s.fairness_off_lanes)) INTO fair FROM pgsched.settings AS s;

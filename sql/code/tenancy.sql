@@ -86,6 +86,10 @@ CREATE OR REPLACE FUNCTION pgsched.tenant_set_active(tenant_id text, active bool
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    IF tenant_set_active.active IS NULL THEN
+        RAISE EXCEPTION 'pgsched: active must be true or false, got NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     UPDATE pgsched.tenants AS t
        SET active = tenant_set_active.active, updated_at = now()
      WHERE t.tenant_id = tenant_set_active.tenant_id;
