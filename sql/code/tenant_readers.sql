@@ -111,9 +111,11 @@ SELECT
     cancel_requested_at,
     cancel_reason,
     created_at,
-    updated_at
+    updated_at,
+    result,
+    waiting_for
 FROM pgsched.tasks;
-COMMENT ON VIEW pgsched.tenant_tasks IS 'A tenant reader''s tasks: every status, the run time, attempts, last error and payload, without lease tokens or worker names. Row-level security on pgsched.tasks lets a reader see only its tenants'' tasks (a fan-out''s child for its tenant, never the product or global parent).';
+COMMENT ON VIEW pgsched.tenant_tasks IS 'A tenant reader''s tasks: every status, the run time, attempts, last error, payload and result (the handler''s return value), how many parents a workflow task still waits for, without lease tokens or worker names. Row-level security on pgsched.tasks lets a reader see only its tenants'' tasks (a fan-out''s child for its tenant, never the product or global parent).';
 REVOKE ALL ON pgsched.tenant_tasks FROM public;
 GRANT SELECT ON pgsched.tenant_tasks TO pgsched_tenant_reader, pgsched_worker;
 GRANT ALL ON pgsched.tenant_tasks TO pgsched_admin;

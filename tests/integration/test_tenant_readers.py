@@ -414,6 +414,20 @@ def test_a_reader_follows_its_binding(world: Roles, conn: psycopg.Connection) ->
     assert seen(acme, "SELECT tenant_id FROM pgsched.tenant_tasks") == "globex"
 
 
+def test_a_reader_reads_its_results_only(world: Roles, conn: psycopg.Connection) -> None:
+    conn.execute(
+        "UPDATE pgsched.tasks SET result = jsonb_build_object('for', tenant_id)"
+        " WHERE task_type = 'report'"
+    )
+    acme = world.login("acme")
+    rows = acme.execute(
+        "SELECT result FROM pgsched.tenant_tasks WHERE result IS NOT NULL"
+    ).fetchall()
+    assert rows == [({"for": "acme"},)]
+    with pytest.raises(errors.InsufficientPrivilege):
+        acme.execute("SELECT pgsched.task_result(1)")
+
+
 def test_global_tasks_show_as_the_tenants_children(world: Roles, conn: psycopg.Connection) -> None:
     acme = world.login("acme")
     rows = acme.execute(
