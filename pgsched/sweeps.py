@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import class_row, dict_row
 
+from pgsched.horizon import HorizonSweep
 from pgsched.leadership import (
     DEFAULT_LEASE_SECONDS,
     LeaderLease,
@@ -286,7 +287,7 @@ class RetentionSweep:
 
 
 def default_sweeps() -> list[Sweep]:
-    return [PromotionSweep(), RecurringSweep(), RescueSweep(), RetentionSweep()]
+    return [PromotionSweep(), RecurringSweep(), RescueSweep(), RetentionSweep(), HorizonSweep()]
 
 
 class Sweeper:

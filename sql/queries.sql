@@ -819,24 +819,64 @@ SELECT
     default_rows
 FROM pgsched.finished_partitions_status();
 
--- name: doctor_xmin_holders
--- Sessions whose transaction id or snapshot keeps vacuum from removing dead rows, oldest
--- first. (A read-committed transaction that has written nothing holds neither between
--- statements, however long it stays open.)
+-- name: horizon_holders
+-- What keeps VACUUM from removing the rows that died after it, the oldest pinned xmin
+-- first: sessions holding a snapshot or a transaction id (a read-committed transaction that
+-- has written nothing holds neither between statements, however long it stays open),
+-- standbys' hot_standby_feedback, physical replication slots. A logical slot's catalog_xmin
+-- holds back only the system catalogs, not pgsched's tables.
 SELECT
-    a.pid,
-    a.usename::text AS usename,
-    a.application_name,
-    a.state,
-    extract(EPOCH FROM now() - a.xact_start)::float8 AS xact_age_s,
-    left(a.query, 80) AS query
-FROM pg_catalog.pg_stat_activity AS a
-WHERE
-    (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
-    AND a.pid <> pg_catalog.pg_backend_pid()
-    AND a.xact_start IS NOT NULL
-ORDER BY a.xact_start
-LIMIT 5;
+    h.kind,
+    h.pid,
+    h.name,
+    h.username,
+    h.state,
+    h.age_s,
+    h.xid_age,
+    h.query
+FROM (
+    SELECT
+        'session' AS kind,
+        a.pid,
+        a.application_name AS name,
+        a.usename::text AS username,
+        a.state,
+        extract(EPOCH FROM now() - a.xact_start)::float8 AS age_s,
+        greatest(age(a.backend_xmin), age(a.backend_xid))::bigint AS xid_age,
+        left(a.query, 80) AS query
+    FROM pg_catalog.pg_stat_activity AS a
+    WHERE
+        (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+        AND a.pid <> pg_catalog.pg_backend_pid()
+        AND a.backend_type = 'client backend'
+        AND a.xact_start IS NOT NULL
+    UNION ALL
+    SELECT
+        'standby' AS kind,
+        r.pid,
+        r.application_name AS name,
+        r.usename::text AS username,
+        r.state,
+        NULL::float8 AS age_s,
+        age(r.backend_xmin)::bigint AS xid_age,
+        NULL AS query
+    FROM pg_catalog.pg_stat_replication AS r
+    WHERE r.backend_xmin IS NOT NULL
+    UNION ALL
+    SELECT
+        'replication slot' AS kind,
+        s.active_pid AS pid,
+        s.slot_name::text AS name,
+        NULL AS username,
+        CASE WHEN s.active THEN 'active' ELSE 'inactive' END AS state,
+        NULL::float8 AS age_s,
+        age(s.xmin)::bigint AS xid_age,
+        NULL AS query
+    FROM pg_catalog.pg_replication_slots AS s
+    WHERE s.xmin IS NOT NULL
+) AS h
+ORDER BY h.xid_age DESC NULLS LAST, h.age_s DESC NULLS LAST
+LIMIT 10;
 
 -- name: doctor_db_clock
 SELECT clock_timestamp() AS db_now;

@@ -38,6 +38,7 @@ from psycopg.rows import dict_row
 from pgsched.cli.findings import START_A_SWEEPER, describe_leader, read_findings
 from pgsched.cli.options import json_output, print_json
 from pgsched.cli.root import CliState, message_for
+from pgsched.horizon import is_old, read_holders
 from pgsched.migrations import schema_version, stale_code_files
 from pgsched.queries import query
 from pgsched.sql_files import migrations
@@ -279,20 +280,22 @@ def _table_partitions(
     return "pass", f"{label} {ahead} {period}(s) ahead, default partition empty"
 
 
+# A standby's feedback or a slot pinning an xmin this many transactions old fails the check.
+WARN_XIDS = 1_000_000
+
+
 def _xmin(conn: psycopg.Connection[Any], max_age: float) -> Check:
-    with conn.cursor(row_factory=dict_row) as cur:
-        holders = cur.execute(query("doctor_xmin_holders")).fetchall()
-    old = [h for h in holders if (h["xact_age_s"] or 0) > max_age]
+    holders = read_holders(conn)
+    old = [h for h in holders if is_old(h, max_age, WARN_XIDS)]
     if old:
-        h = old[0]
         return Check(
             "xmin",
             "fail",
-            f"pid {h['pid']} ({h['usename']}, {h['state']}) has held a"
-            f" transaction open {h['xact_age_s']:.0f} s: vacuum cannot"
-            f" remove dead rows; last query: {h['query']!r}",
+            f"vacuum cannot remove dead rows: {old[0].describe()}"
+            + (f" (and {len(old) - 1} more)" if len(old) > 1 else ""),
         )
-    oldest = f"{holders[0]['xact_age_s']:.0f} s" if holders else "none"
+    sessions = [h.age_s for h in holders if h.age_s is not None]
+    oldest = f"{max(sessions):.0f} s" if sessions else "none"
     return Check("xmin", "pass", f"oldest open transaction: {oldest}")
 
 

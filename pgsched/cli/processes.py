@@ -452,6 +452,14 @@ def worker(
     show_default=True,
     help="Seconds between tries to become leader.",
 )
+@click.option(
+    "--horizon-warn",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds a transaction may hold VACUUM's horizon back before the leader logs a"
+    " warning naming it (pid, application, age).",
+)
 @metrics_options
 @redis_options(mirror=True)
 @click.option(
@@ -476,6 +484,7 @@ def sweeper(
     retention_interval: float,
     retention_days: float,
     leader_retry: float,
+    horizon_warn: float,
     metrics_port: int | None,
     metrics_host: str,
     queue_depth_interval: float,
@@ -491,10 +500,11 @@ def sweeper(
     log_level: str,
     log_format: str | None,
 ) -> None:
-    """Run the sweeps (promotion, recurring, rescue, retention) while elected leader."""
+    """Run the sweeps (promotion, recurring, rescue, retention, horizon) while elected leader."""
     import signal
     from datetime import timedelta
 
+    from pgsched.horizon import HorizonSweep
     from pgsched.sweeps import (
         PromotionSweep,
         RecurringSweep,
@@ -512,6 +522,7 @@ def sweeper(
         RecurringSweep(interval=recurring_interval),
         RescueSweep(interval=rescue_interval),
         RetentionSweep(interval=retention_interval, keep=timedelta(days=retention_days)),
+        HorizonSweep(warn_after=horizon_warn),
     ]
     hot_tier = hot_tier_config(
         redis_url,

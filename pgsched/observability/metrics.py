@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from pgsched.horizon import read_holders
 from pgsched.option_checks import require_seconds
 from pgsched.queries import query
 from pgsched.tasks import TaskRow
@@ -188,6 +189,10 @@ class QueueSnapshot:
     dead: int
     overdue_pending: int
     overdue_pending_oldest_s: float
+    # What holds the vacuum horizon back (pgsched.horizon): the oldest session transaction
+    # among the holders, and the oldest xmin any holder pins.
+    horizon_age_s: float = 0.0
+    horizon_xid_age: int = 0
 
 
 def read_queue_depth(conn: psycopg.Connection[Any]) -> QueueSnapshot:
@@ -210,6 +215,7 @@ def read_queue_depth(conn: psycopg.Connection[Any]) -> QueueSnapshot:
     ).fetchone()
     overdue_row = conn.execute(query("overdue_pending")).fetchone()
     assert dead_row is not None and overdue_row is not None
+    holders = read_holders(conn)
     return QueueSnapshot(
         taken=time.monotonic(),
         due=due,
@@ -218,6 +224,8 @@ def read_queue_depth(conn: psycopg.Connection[Any]) -> QueueSnapshot:
         dead=int(dead_row[0]),
         overdue_pending=int(overdue_row[0]),
         overdue_pending_oldest_s=float(overdue_row[1] or 0.0),
+        horizon_age_s=max((h.age_s for h in holders if h.age_s is not None), default=0.0),
+        horizon_xid_age=max((h.xid_age for h in holders if h.xid_age is not None), default=0),
     )
 
 
@@ -272,6 +280,17 @@ class QueueDepthCollector(Collector):
             "pgsched_overdue_pending_oldest_age_seconds",
             "How long the oldest overdue PENDING task has been due (0: none).",
             value=snapshot.overdue_pending_oldest_s,
+        )
+        yield GaugeMetricFamily(
+            "pgsched_horizon_transaction_age_seconds",
+            "How long the oldest transaction holding back VACUUM's horizon has been open (0:"
+            " none); the sweep leader's log names it.",
+            value=snapshot.horizon_age_s,
+        )
+        yield GaugeMetricFamily(
+            "pgsched_horizon_xmin_age_xids",
+            "Transactions since the oldest xmin a session, standby or replication slot pins.",
+            value=snapshot.horizon_xid_age,
         )
 
 
