@@ -1,0 +1,63 @@
+"""The per-index benchmark at a tiny size: every shipped statement is planned, every
+index of the measured tiers is listed with its users and its cost, and the drain's
+counts are the ones each task's path is known to write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_index_use
+
+pytestmark = pytest.mark.slow
+
+DRAIN = 300
+
+
+def test_index_use_smoke(db_dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "index_use.json"
+    code = bench_index_use.main(
+        ["--dsn", db_dsn, "--finished", "2000", "--drain", str(DRAIN), "--out", str(out)]
+    )
+    assert code == 0
+    result = json.loads(out.read_text())
+
+    # Every shipped statement ran with its parameters and had its plans logged.
+    refused = [s["statement"] for s in result["statements"] if "error" in s]
+    assert not refused, refused
+    unplanned = [s["statement"] for s in result["statements"] if not s["plans"]]
+    assert not unplanned, unplanned
+    names = {s["name"] for s in result["statements"]}
+    assert {"task_claim_many", "task_finish_many", "task_promote_due", "retention_prune"} <= names
+    assert {"dashboard_task_search", "history", "task_timeline"} <= names
+
+    by_index = {row["index"]: row for row in result["indexes"]}
+    # The claim reads the hot tier through its index; promotion the cold tier's due range.
+    assert "task_claim_many" in by_index["tasks_hot_tenant_idx"]["used_by"]
+    assert "task_promote_due" in by_index["tasks_cold_due_idx"]["used_by"]
+    assert "task_timeline" in by_index["task_events_task_idx"]["used_by"]
+    # Partitions are reported by their tier's index, their sizes summed.
+    assert "tasks_finished_archive_type_idx" in by_index["tasks_finished_type_idx"]["partitions"]
+    assert by_index["tasks_finished_type_idx"]["bytes"] > 0
+    assert not [name for name in by_index if name.startswith("task_events_archive")]
+
+    plain, keyed = result["drains"]
+    assert plain["completed"] == DRAIN and keyed["completed"] == 2 * DRAIN
+    # The drain's tuples: the claim updates the hot row, the completion moves it out (a
+    # delete here, an insert into a finished partition) with two events.
+    hot = plain["drain"]["tables"]["tasks_hot"]
+    assert hot["upd"] == pytest.approx(1.0, abs=0.02)
+    assert hot["del"] == pytest.approx(1.0, abs=0.02)
+    # Counted from the WAL: each event row is one insertion into each events index, each
+    # scheduled task one into each of the hot tier's QUEUED indexes.
+    assert by_index["task_events_pkey"]["drain_insertions"]["plain"] == pytest.approx(2.0, abs=0.05)
+    assert by_index["tasks_hot_claim_idx"]["schedule_insertions"]["plain"] == pytest.approx(
+        1.0, abs=0.05
+    )
+    assert by_index["completed_work_pkey"]["drain_insertions"]["keyed"] == pytest.approx(
+        1.0, abs=0.05
+    )
+    assert by_index["completed_work_pkey"]["drain_insertions"].get("plain", 0) == 0
+    assert "| `tasks_hot_claim_idx` |" in result["markdown"]
