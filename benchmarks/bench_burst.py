@@ -1,0 +1,569 @@
+"""A million tasks due in the same second, through the cold tier and promotion, while a
+HIGH-lane producer keeps scheduling work due now.
+
+    python -m benchmarks.bench_burst                         # 1,000,000 tasks, 200/s HIGH
+    python -m benchmarks.bench_burst --tasks 5000 --lead 20  # a smoke run (CI)
+    python -m benchmarks.bench_burst --dsn postgresql://...  # a superuser's, empty database
+
+How time is handled. Every time is the database's clock (the host's: the throwaway
+cluster runs on this machine). Before seeding, the due second D is fixed at
+now + --lead (120 s) + the seeding's expected time (--tasks / 20,000 s). The --tasks `burst`
+tasks (NORMAL lane, no-op) are scheduled with run_at D and as_of D - 2 days: the router
+judges them as if scheduled two days ahead, so they go PENDING into tasks_cold now, yet
+come due at D, a minute or two from now. Nothing else is faked: the default hot window (24
+hours) covers D, so the sweeper's promotion pass, which runs as soon as it is elected,
+moves the million into tasks_hot (10,000 per chunk), and at D the worker processes find
+them due. If seeding ends less than 10 s before D the run stops and says to raise --lead.
+
+What runs, all real processes with their default flags: 2 `pgsched worker` processes
+(every lane, benchmarks.burst_app) started before the seeding, one `pgsched sweeper`
+started when the seeding ends, and a HIGH-lane producer in this process (a thread that
+schedules --high-rate tasks/s due now, 10 per statement). It produces from the sweeper's
+start until the million are done.
+
+What is reported (a table, and JSON):
+
+  promotion      first to last promotion event of the million (task_events PENDING ->
+                 QUEUED), and whether it ended before D
+  last start     the last claim of the million after D (task_events -> PROCESSING), with
+                 the start lateness p50 / p99 of the million; target: within 50 s
+  drain rate     the million's completions over first claim -> last completion
+  HIGH lateness  handler start (burst_high writes time.time() when it runs) minus the
+                 task's due time, p50 / p99 / max, for HIGH tasks due between D and the
+                 last start of the million ("during the burst"); also before D; target
+                 p99 <= 25 ms
+  longest claim  pg_stat_statements' max_exec_time of the claim statement (the cluster
+                 preloads it); and the claims over 50 ms in the server log
+                 (log_min_duration_statement = 50ms); target: none over 50 ms
+  worker memory  each worker process' RSS, sampled every 0.5 s, and its VmHWM at the end
+  lock waits     every 50 ms, the workers' backends waiting on a lock (pg_stat_activity
+                 wait_event_type = 'Lock'), and who blocks them (pg_blocking_pids): a
+                 claim blocked by the sweeper's promotion shows here; target: none
+
+Without --dsn a throwaway, durable cluster is started (benchmarks/pgserver.py), with
+pg_stat_statements preloaded and log_min_duration_statement = 50ms. With --dsn (a
+superuser's empty database) the longest claim is reported only if that server preloads
+pg_stat_statements, and the server log is not read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks import measure
+from benchmarks.pgserver import DEFAULT_SETTINGS, PgServer, Setting
+
+OUT = measure.RESULTS / "burst.json"
+APP = "benchmarks.burst_app:app"
+SEED_RATE = 20_000  # tasks/s the seeding is expected to reach at least
+TARGET_LAST_START_S = 50.0
+TARGET_HIGH_P99_MS = 25.0
+TARGET_CLAIM_MS = 50.0
+
+BURST_SETTINGS = (
+    *DEFAULT_SETTINGS,
+    Setting("shared_preload_libraries", "pg_stat_statements", "the longest claim statement"),
+    Setting("pg_stat_statements.track", "top", "the statements the workers send"),
+    Setting("log_min_duration_statement", "50ms", "every statement over the claim target"),
+)
+
+
+# --------------------------------------------------------------------------------------
+# samplers
+
+
+class Sampler(threading.Thread):
+    """Every `interval`: the workers' RSS, and their backends waiting on a lock."""
+
+    def __init__(self, dsn: str, pids: list[int], app_prefix: str, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.pids = pids
+        self.app_prefix = app_prefix
+        self.interval = interval
+        self.rss_peak_kib: dict[int, int] = {}
+        self.lock_samples = 0
+        self.samples = 0
+        self.waits: Counter[str] = Counter()
+        self.blockers: Counter[str] = Counter()
+        self.examples: list[dict[str, Any]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._halt.wait(self.interval):
+                for pid in self.pids:
+                    rss = _status_kib(pid, "VmRSS")
+                    if rss is not None:
+                        self.rss_peak_kib[pid] = max(self.rss_peak_kib.get(pid, 0), rss)
+                rows = conn.execute(
+                    "SELECT a.wait_event, left(a.query, 80),"
+                    "  ARRAY(SELECT coalesce(b.application_name, '') || ': '"
+                    "         || left(b.query, 60) FROM pg_stat_activity AS b"
+                    "         WHERE b.pid = ANY(pg_blocking_pids(a.pid)))"
+                    " FROM pg_stat_activity AS a"
+                    " WHERE a.application_name LIKE %s AND a.wait_event_type = 'Lock'",
+                    (f"{self.app_prefix}%",),
+                ).fetchall()
+                self.samples += 1
+                if rows:
+                    self.lock_samples += 1
+                for event, query, blockers in rows:
+                    self.waits[f"{event}: {query}"] += 1
+                    for blocker in blockers:
+                        self.blockers[blocker] += 1
+                    if len(self.examples) < 20:
+                        self.examples.append(
+                            {"wait_event": event, "query": query, "blocked_by": blockers}
+                        )
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+
+def _status_kib(pid: int, field: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class HighProducer(threading.Thread):
+    """`rate` HIGH tasks/s due now, `per` to a statement, on its own connection."""
+
+    def __init__(self, dsn: str, rate: float, per: int = 10) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.rate = rate
+        self.per = per
+        self.scheduled = 0
+        self.behind_max_s = 0.0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        period = self.per / self.rate
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            nxt = time.monotonic()
+            while not self._halt.is_set():
+                conn.execute(
+                    "SELECT count(*) FROM pgsched.schedule_tasks("
+                    " task_types => array_fill('burst_high'::text, ARRAY[%(n)s]),"
+                    " priorities => array_fill(9, ARRAY[%(n)s]),"
+                    " lanes => array_fill('HIGH'::text, ARRAY[%(n)s]))",
+                    {"n": self.per},
+                )
+                self.scheduled += self.per
+                nxt += period
+                delay = nxt - time.monotonic()
+                if delay > 0:
+                    self._halt.wait(delay)
+                else:
+                    self.behind_max_s = max(self.behind_max_s, -delay)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+
+# --------------------------------------------------------------------------------------
+# the run
+
+
+def seed(dsn: str, n: int, due: datetime, chunk: int = 50_000) -> float:
+    """n `burst` tasks due at `due`, scheduled as of two days before it (cold tier)."""
+    started = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for lo in range(0, n, chunk):
+            k = min(chunk, n - lo)
+            got = measure.one(
+                conn,
+                "SELECT count(*) FROM pgsched.schedule_tasks("
+                " task_types => array_fill('burst'::text, ARRAY[%(k)s]),"
+                " run_ats => array_fill(%(due)s::timestamptz, ARRAY[%(k)s]),"
+                " as_of => %(due)s::timestamptz - interval '2 days')",
+                {"k": k, "due": due},
+            )
+            assert got == k
+    return time.perf_counter() - started
+
+
+def events_seq(conn: psycopg.Connection[Any]) -> int:
+    return int(measure.one(conn, "SELECT last_value FROM pgsched.task_events_id_seq"))
+
+
+def run(
+    dsn: str,
+    n: int,
+    high_rate: float,
+    processes: int,
+    lead: float,
+    cap_s: float,
+    server_log: Path | None,
+) -> dict[str, Any]:
+    log_base = Path(tempfile.mkdtemp(prefix="pgsched-burst-")) / "high"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        statements = bool(
+            measure.one(
+                conn,
+                "SELECT current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%'",
+            )
+        )
+        if statements:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        db_start: datetime = measure.one(conn, "SELECT clock_timestamp()")
+        cold_before = measure.one(conn, "SELECT count(*) FROM pgsched.tasks_cold")
+    due = db_start + timedelta(seconds=lead + n / SEED_RATE)
+    # Default flags: only the app and the log level are given (every lane runs).
+    workers = measure.Procs(
+        "bench-burst-w",
+        [[*measure.pgsched_exe(), "--dsn", dsn, "worker", "--app", APP, "--log-level", "warning"]]
+        * processes,
+        env={"PGSCHED_BURST_LOG": str(log_base)},
+    )
+    sweeper = measure.Procs(
+        "bench-burst-s",
+        [[*measure.pgsched_exe(), "--dsn", dsn, "sweeper", "--log-level", "info"]],
+    )
+    producer = HighProducer(dsn, high_rate)
+    sampler: Sampler | None = None
+    result: dict[str, Any] = {"tasks": n, "high_rate": high_rate, "processes": processes}
+    try:
+        workers.start()
+        workers.wait_listening(dsn)
+        measure.step(f"seeding {n:,} tasks due at {due:%H:%M:%S} as of two days before")
+        seed_s = seed(dsn, n, due)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            seeded_at: datetime = measure.one(conn, "SELECT clock_timestamp()")
+            cold = measure.one(conn, "SELECT count(*) FROM pgsched.tasks_cold") - cold_before
+            conn.execute("ANALYZE pgsched.tasks_cold")
+            if statements:
+                conn.execute("SELECT pg_stat_statements_reset()")
+            seq_start = events_seq(conn)
+        measure.note(f"seeded in {seed_s:.1f} s ({n / seed_s:,.0f}/s); {cold:,} in tasks_cold")
+        if cold != n:
+            raise RuntimeError(f"{n - cold:,} of the tasks did not go to the cold tier")
+        slack = (due - seeded_at).total_seconds()
+        if slack < 10:
+            raise RuntimeError(
+                f"seeding ended {slack:.1f} s before the due time: raise --lead (it was {lead:g} s)"
+            )
+        sampler = Sampler(dsn, workers.pids, "bench-burst-w", 0.05)
+        sampler.start()
+        sweeper.start()
+        producer.start()
+        measure.step(f"sweeper and HIGH producer ({high_rate:g}/s) started; due in {slack:.0f} s")
+        # Done when the million (and the HIGH work so far) has moved the events sequence
+        # by three per task (promoted, claimed, completed), then by the exact count.
+        need = 3 * n
+        deadline = time.monotonic() + slack + cap_s
+        done = 0
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                workers.check_alive()
+                sweeper.check_alive()
+                if events_seq(conn) - seq_start >= need:
+                    done = int(
+                        measure.one(
+                            conn,
+                            "SELECT count(*) FROM pgsched.tasks_finished"
+                            " WHERE task_type = 'burst' AND status = 'COMPLETED'",
+                        )
+                    )
+                    if done >= n:
+                        break
+                time.sleep(1.0)
+        result["finished"] = done >= n
+        measure.note(f"{done:,}/{n:,} completed")
+        time.sleep(1.0)  # the last HIGH tasks of the burst run
+    finally:
+        producer.stop()
+        if sampler is not None:
+            sampler.stop()
+        hwm = {pid: _status_kib(pid, "VmHWM") for pid in workers.pids}
+        worker_codes = workers.stop(dsn=dsn)
+        sweeper_codes = sweeper.stop(dsn=dsn)
+    result.update(
+        seed_s=round(seed_s, 1),
+        due=due.isoformat(),
+        seeded_before_due_s=round(slack, 1),
+        worker_exit_codes=worker_codes,
+        sweeper_exit_codes=sweeper_codes,
+        worker_warnings=workers.warnings(),
+        sweeper_log_tail=sweeper.log_text().splitlines()[-8:],
+        high_scheduled=producer.scheduled,
+        high_producer_behind_max_s=round(producer.behind_max_s, 3),
+    )
+    workers.cleanup()
+    sweeper.cleanup()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        result.update(burst_figures(conn, due))
+        result["claim_statements"] = claim_statements(conn) if statements else None
+    result["high"] = high_lateness(log_base, due, result)
+    assert sampler is not None
+    result["worker_rss_peak_mib"] = {
+        str(pid): round(kib / 1024, 1) for pid, kib in sampler.rss_peak_kib.items()
+    }
+    result["worker_vmhwm_mib"] = {
+        str(pid): round(kib / 1024, 1) for pid, kib in hwm.items() if kib is not None
+    }
+    result["lock_waits"] = {
+        "samples": sampler.samples,
+        "samples_with_a_worker_waiting": sampler.lock_samples,
+        "by_statement": dict(sampler.waits.most_common(10)),
+        "blocked_by": dict(sampler.blockers.most_common(10)),
+        "examples": sampler.examples,
+    }
+    result["slow_claims_logged"] = slow_claims(server_log) if server_log else None
+    return result
+
+
+def burst_figures(conn: psycopg.Connection[Any], due: datetime) -> dict[str, Any]:
+    """Promotion, starts and completions of the million, from their events."""
+    row = conn.execute(
+        """
+        SELECT min(e.occurred_at) FILTER (WHERE e.from_status = 'PENDING'
+                                          AND e.to_status = 'QUEUED'),
+               max(e.occurred_at) FILTER (WHERE e.from_status = 'PENDING'
+                                          AND e.to_status = 'QUEUED'),
+               count(*) FILTER (WHERE e.from_status = 'PENDING' AND e.to_status = 'QUEUED'),
+               min(e.occurred_at) FILTER (WHERE e.to_status = 'PROCESSING'),
+               max(e.occurred_at) FILTER (WHERE e.to_status = 'PROCESSING'),
+               count(*) FILTER (WHERE e.to_status = 'PROCESSING'),
+               max(e.occurred_at) FILTER (WHERE e.to_status = 'COMPLETED'),
+               count(*) FILTER (WHERE e.to_status = 'COMPLETED'),
+               percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
+                   ORDER BY extract(EPOCH FROM e.occurred_at - %(due)s::timestamptz))
+                   FILTER (WHERE e.to_status = 'PROCESSING')
+          FROM pgsched.task_events AS e
+         WHERE e.task_type = 'burst'
+        """,
+        {"due": due},
+    ).fetchone()
+    assert row is not None
+    (p_first, p_last, promoted, c_first, c_last, claimed, f_last, completed, pct) = row
+
+    def after_due(t: datetime | None) -> float | None:
+        return None if t is None else round((t - due).total_seconds(), 3)
+
+    drain_s = (f_last - c_first).total_seconds() if f_last and c_first else None
+    return {
+        "promoted": promoted,
+        "promotion_s": round((p_last - p_first).total_seconds(), 2) if p_last else None,
+        "promotion_first_after_due_s": after_due(p_first),
+        "promotion_last_after_due_s": after_due(p_last),
+        "claimed": claimed,
+        "first_start_after_due_s": after_due(c_first),
+        "last_start_after_due_s": after_due(c_last),
+        "start_after_due_p50_s": round(pct[0], 3) if pct else None,
+        "start_after_due_p99_s": round(pct[1], 3) if pct else None,
+        "completed": completed,
+        "last_completion_after_due_s": after_due(f_last),
+        "drain_s": round(drain_s, 2) if drain_s else None,
+        "drain_rate_per_s": round(completed / drain_s) if drain_s else None,
+        "burst_end": c_last.isoformat() if c_last else None,
+    }
+
+
+def claim_statements(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """pg_stat_statements' figures of every statement calling the claim."""
+    rows = conn.execute(
+        "SELECT query, calls, rows, max_exec_time, mean_exec_time, total_exec_time"
+        " FROM pg_stat_statements WHERE query LIKE '%%task_claim_many(%%'"
+        " ORDER BY max_exec_time DESC"
+    ).fetchall()
+    return [
+        {
+            "query": " ".join(q.split())[-90:],
+            "calls": calls,
+            "rows_per_call": round(nrows / calls, 1) if calls else None,
+            "max_ms": round(mx, 2),
+            "mean_ms": round(mean, 3),
+            "total_ms": round(total, 1),
+        }
+        for q, calls, nrows, mx, mean, total in rows
+    ]
+
+
+_DURATION = re.compile(r"duration: ([\d.]+) ms\s+(?:statement|execute [^:]*):(.*)")
+
+
+def slow_claims(log: Path) -> dict[str, Any]:
+    """Statements the server logged as over 50 ms: the claims, and the others by kind."""
+    if not log.exists():
+        return {"log": "missing"}
+    claims: list[float] = []
+    others: Counter[str] = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        m = _DURATION.search(line)
+        if not m:
+            continue
+        text = " ".join(m[2].split())
+        if "task_claim_many(" in text:
+            claims.append(float(m[1]))
+        else:
+            others[text[:70]] += 1
+    return {
+        "claims_over_50ms": len(claims),
+        "claim_ms": sorted(claims, reverse=True)[:10],
+        "other_statements_over_50ms": dict(others.most_common(8)),
+    }
+
+
+def high_lateness(log_base: Path, due: datetime, burst: dict[str, Any]) -> dict[str, Any]:
+    """HIGH start lateness (ms) from the handlers' own lines: during the burst (due between
+    D and the million's last start) and before it."""
+    rows: list[tuple[float, float]] = []
+    for path in glob.glob(f"{log_base}.*"):
+        with open(path) as lines:
+            for line in lines:
+                parts = line.split()
+                if len(parts) == 3:
+                    rows.append((float(parts[1]), float(parts[2])))
+    d = due.timestamp()
+    end = datetime.fromisoformat(burst["burst_end"]).timestamp() if burst["burst_end"] else d
+    during = [(s - t) * 1000 for s, t in rows if d <= t <= end]
+    before = [(s - t) * 1000 for s, t in rows if t < d]
+    return {
+        "started": len(rows),
+        "during_burst": measure.percentiles(during),
+        "before_burst": measure.percentiles(before),
+        "during_over_25ms": sum(1 for v in during if v > TARGET_HIGH_P99_MS),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# the report
+
+
+def table(r: dict[str, Any]) -> str:
+    def s(v: Any, unit: str = "s") -> str:
+        return "n/a" if v is None else f"{v:,} {unit}"
+
+    high = r["high"]["during_burst"]
+    longest = max((c["max_ms"] for c in r["claim_statements"] or ()), default=None)
+    slow = r["slow_claims_logged"] or {}
+    locks = r["lock_waits"]
+    rss = max(r["worker_vmhwm_mib"].values(), default=None)
+    last = r["last_start_after_due_s"]
+    rows = [
+        ("tasks due in the same second", f"{r['tasks']:,}", ""),
+        (
+            "promotion (first to last chunk)",
+            s(r["promotion_s"]),
+            f"ended {s(r['promotion_last_after_due_s'])} after due"
+            if (r["promotion_last_after_due_s"] or 0) > 0
+            else f"ended {s(-(r['promotion_last_after_due_s'] or 0))} before due",
+        ),
+        (
+            "last of them started, after due",
+            s(last),
+            f"target <= 50 s: {'met' if last is not None and last <= 50 else 'MISSED'}",
+        ),
+        (
+            "start after due p50 / p99",
+            f"{s(r['start_after_due_p50_s'])} / {s(r['start_after_due_p99_s'])}",
+            "",
+        ),
+        ("drain rate", s(r["drain_rate_per_s"], "tasks/s"), f"over {s(r['drain_s'])}"),
+        (
+            f"HIGH lateness during the burst ({high['n']:,} tasks) p50 / p99 / max",
+            f"{high['p50'] and round(high['p50'], 1)} / {high['p99'] and round(high['p99'], 1)}"
+            f" / {high['max'] and round(high['max'], 1)} ms",
+            "target p99 <= 25 ms: "
+            + ("met" if high["p99"] is not None and high["p99"] <= 25 else "MISSED"),
+        ),
+        (
+            "longest claim statement",
+            s(longest and round(longest, 1), "ms"),
+            f"{slow.get('claims_over_50ms', 'n/a')} claims over 50 ms in the server log",
+        ),
+        ("worker memory (peak RSS, VmHWM)", s(rss, "MiB"), "largest of the processes"),
+        (
+            "a worker waiting on a lock",
+            f"{locks['samples_with_a_worker_waiting']} of {locks['samples']} samples",
+            "blocked by: " + (", ".join(locks["blocked_by"]) or "nobody"),
+        ),
+    ]
+    out = ["| figure | value | note |", "|---|---:|---|"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_burst", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--tasks", type=int, default=1_000_000, help="due at once (1,000,000)")
+    parser.add_argument("--high-rate", type=float, default=200.0, help="HIGH tasks/s (200)")
+    parser.add_argument("--processes", type=int, default=2, help="worker processes (2)")
+    parser.add_argument(
+        "--lead", type=float, default=120.0, help="s from the seeding's expected end to due (120)"
+    )
+    parser.add_argument("--cap", type=float, default=900.0, help="s after due to give up (900)")
+    parser.add_argument("--dsn", default=None, help="an empty database (a superuser's connection)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if args.tasks < 100 or args.high_rate <= 0 or args.processes < 1 or args.lead < 10:
+        parser.error("--tasks >= 100, --high-rate > 0, --processes >= 1, --lead >= 10")
+    load = measure.loadavg()
+    server: PgServer | None = None
+    if args.dsn:
+        from pgsched.migrations import migrate
+
+        migrate(args.dsn)
+        dsn = args.dsn
+    else:
+        server = PgServer(settings=BURST_SETTINGS)
+        server.start()
+        dsn = measure.pgsched_database(server, "bench")
+    try:
+        result = run(
+            dsn,
+            args.tasks,
+            args.high_rate,
+            args.processes,
+            args.lead,
+            args.cap,
+            server.logfile if server else None,
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    text = table(result)
+    print(text, flush=True)
+    measure.write_json(
+        args.out,
+        {
+            "benchmark": "burst",
+            "command": " ".join(["python -m benchmarks.bench_burst", *(argv or sys.argv[1:])]),
+            "machine": measure.machine_info(),
+            "loadavg_before": load,
+            "loadavg_after": measure.loadavg(),
+            "settings": [s.name + "=" + s.value for s in BURST_SETTINGS] if server else None,
+            "result": result,
+            "markdown": text,
+        },
+    )
+    return 0 if result.get("finished") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

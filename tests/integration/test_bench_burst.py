@@ -1,0 +1,67 @@
+"""The burst benchmark at smoke size: a few thousand tasks go through the cold tier and
+promotion and all start, while the HIGH producer's tasks run and are timed by their
+handlers, with every figure of the report filled in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from benchmarks import bench_burst
+
+pytestmark = pytest.mark.slow
+
+TASKS = 5_000
+
+
+def test_burst_smoke(db_dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "burst.json"
+    code = bench_burst.main(
+        [
+            "--dsn",
+            db_dsn,
+            "--tasks",
+            str(TASKS),
+            "--high-rate",
+            "50",
+            "--lead",
+            "15",
+            "--cap",
+            "240",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    r = document["result"]
+    assert r["finished"]
+    # Every one of them went through the cold tier: one promotion event each.
+    assert r["promoted"] == TASKS
+    assert r["claimed"] == TASKS and r["completed"] == TASKS
+    # None started before its due time (the database's clock decides), all after it.
+    assert r["first_start_after_due_s"] >= 0
+    assert r["last_start_after_due_s"] >= r["first_start_after_due_s"]
+    assert r["drain_rate_per_s"] > 0
+    # The HIGH tasks ran and timed themselves; some were due during the burst.
+    assert r["high"]["started"] > 0
+    assert r["high"]["during_burst"]["n"] + r["high"]["before_burst"]["n"] > 0
+    assert r["lock_waits"]["samples"] > 0
+    assert all(mib > 0 for mib in r["worker_vmhwm_mib"].values())
+    assert len(r["worker_vmhwm_mib"]) == 2
+    assert "| last of them started, after due |" in document["markdown"]
+    with psycopg.connect(db_dsn) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pgsched.tasks WHERE task_type = 'burst' AND status <> 'COMPLETED'"
+        ).fetchone()
+    assert left == (0,)
+
+
+def test_burst_refuses_sizes_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench_burst.main(["--tasks", "10"])
+    assert exit_info.value.code == 2
+    assert "--tasks >= 100" in capsys.readouterr().err
