@@ -132,21 +132,10 @@ SELECT
     scheduled_for,
     attempt,
     detail
-FROM pgsched.task_events
-UNION ALL
-SELECT
-    id,
-    task_id,
-    tenant_id,
-    task_type,
-    from_status,
-    to_status,
-    occurred_at,
-    scheduled_for,
-    attempt,
-    detail
-FROM pgsched.task_events_archive;
-COMMENT ON VIEW pgsched.tenant_task_events IS 'A tenant reader''s task history: one row per transition (from_status, to_status, when, attempt, detail), from the current event partitions and the archive, without worker names. Row-level security lets a reader see only its tenants'' events.';
+-- The archive is a partition of task_events (its oldest range), so this reads it too; and
+-- the retention sweep can rebuild it without a view in its way.
+FROM pgsched.task_events;
+COMMENT ON VIEW pgsched.tenant_task_events IS 'A tenant reader''s task history: one row per transition (from_status, to_status, when, attempt, detail), from every partition of task_events, the archive among them, without worker names. Row-level security lets a reader see only its tenants'' events.';
 REVOKE ALL ON pgsched.tenant_task_events FROM public;
 GRANT SELECT ON pgsched.tenant_task_events TO pgsched_tenant_reader, pgsched_worker;
 GRANT ALL ON pgsched.tenant_task_events TO pgsched_admin;
