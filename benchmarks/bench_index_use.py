@@ -382,6 +382,9 @@ def shipped_statement_names() -> set[str]:
     return names
 
 
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sbt]")
+
+
 def _resolve(value: Any, extra: dict[str, Any]) -> Any:
     if isinstance(value, str) and value.startswith("@"):
         return extra[value[1:]]
@@ -459,10 +462,12 @@ def statement_uses(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     results = []
     shipped = shipped_statement_names()
     for name, statement in load_queries().items():
-        if name in SKIP or name not in shipped:
+        if name in SKIP or name not in shipped or statement.as_string().startswith("LISTEN"):
             continue
         for overrides in VARIANTS.get(name, [{}]):
+            # A parameter this table has no value for (a statement added since) is NULL.
             params = {
+                **dict.fromkeys(_PLACEHOLDER.findall(statement.as_string()), None),
                 **base,
                 **{k: _resolve(v, extra) for k, v in FIXED.get(name, {}).items()},
                 **{k: _resolve(v, extra) for k, v in overrides.items()},
@@ -486,6 +491,7 @@ def statement_uses(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                         params["outcomes"] = ["COMPLETED"] * len(claimed)
                         params["errors"] = [None] * len(claimed)
                         params["retry_delays"] = [None] * len(claimed)
+                        params["results"] = [None] * len(claimed)
                         params["task_id"] = claimed[0][0]
                         params["lease_token"] = claimed[0][1]
                     plans = _plans_of(conn, statement, params)
