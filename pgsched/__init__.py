@@ -12,23 +12,27 @@ from pgsched.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from pgsched.handlers import TaskContext, TaskHandler
+from pgsched.handlers import BatchStatus, ParentResults, TaskContext, TaskHandler
 from pgsched.lanes import Lane
 from pgsched.loop_local import LoopLocal
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
+from pgsched.workflows import Batch, Workflow
 
 __version__ = "0.1.0"
 
 __all__ = [
     "App",
     "AsyncApp",
+    "Batch",
+    "BatchStatus",
     "CancelCounts",
     "CancelResult",
     "InvalidLimitError",
     "InvalidTaskError",
     "Lane",
     "LoopLocal",
+    "ParentResults",
     "PgschedError",
     "ResultTimeoutError",
     "RetryPolicy",
@@ -40,4 +44,5 @@ __all__ = [
     "TaskNotFoundError",
     "TaskSpec",
     "TaskStateError",
+    "Workflow",
 ]

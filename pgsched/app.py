@@ -43,6 +43,7 @@ from pgsched.producer import CancelWhereOptions, RecurringOptions, ScheduleOptio
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
+from pgsched.workflows import Batch, Workflow, batch_params
 
 if TYPE_CHECKING:
     from pgsched.hot_tier.feed import ScheduleFeed
@@ -289,6 +290,45 @@ class App:
         params.update(filters)
         with self._connect() as c, c.cursor(row_factory=dict_row) as cur:
             return cur.execute(query("history"), params).fetchall()
+
+    def workflow(self, key: str | None = None, *, tenant_id: str = "default") -> Workflow:
+        """A workflow to build with `.step(name, task_type, payload, after=[...])` and write
+        with `.schedule()`: every step in one transaction, each waiting for the steps it
+        names (`pgsched.schedule_workflow`). Under `key`, scheduling it again returns the
+        same ids, created False. One tenant for the whole workflow."""
+        return Workflow(key, tenant_id, _run=self._schedule_workflow)
+
+    def _schedule_workflow(
+        self, workflow: Workflow, conn: psycopg.Connection[Any] | None
+    ) -> list[dict[str, Any]]:
+        with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
+            try:
+                return cur.execute(query("task_schedule_workflow"), workflow.params()).fetchall()
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+
+    def batch(
+        self,
+        tasks: Iterable[TaskSpec | Mapping[str, Any]],
+        *,
+        on_complete: TaskSpec | Mapping[str, Any],
+        tenant_id: str = "default",
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> Batch:
+        """Schedule members and a callback (`on_complete`, a task spec) that runs exactly
+        once when every member has finished, COMPLETED, DEAD or CANCELLED; in it,
+        `ctx.batch` counts them and lists their ids. Its wait is a counter: a batch of a
+        million members costs no scan. One tenant (`tenant_id`) for the whole batch."""
+        specs = producer.task_specs(tasks)
+        callback = producer.task_spec(on_complete)
+        params = batch_params(specs, callback, tenant_id)
+        with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
+            try:
+                row = cur.execute(query("task_schedule_batch"), params).fetchone()
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+        assert row is not None
+        return Batch(row["callback_id"], list(row["member_ids"]))
 
     def result(self, task_id: int, *, timeout: float | None = None) -> Any:
         """Wait for the task to finish and return its handler's return value (None when it

@@ -21,7 +21,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,10 +211,11 @@ class TaskContext:
         return row is not None and row["first_time"]
 
     @functools.cached_property
-    def parent_results(self) -> dict[int | str, Any]:
-        """The results of the tasks this one waited for (`depends_on`), by task id, and
-        by step name for a workflow's named steps: `ctx.parent_results["charge"]`. A
-        parent that did not complete (a child that runs anyway) maps to None. Read once,
+    def parent_results(self) -> ParentResults:
+        """The results of the tasks this one waited for (`depends_on`), by task id:
+        `ctx.parent_results[41]`; a workflow's named steps by name too:
+        `ctx.parent_results["charge"]` (iterating gives each parent once, by id). A parent
+        that did not complete (a child that runs anyway) maps to None. Read once,
         on first use (blocking: from an async handler use `await ctx.aparent_results()`)."""
         import psycopg
         from psycopg.rows import dict_row
@@ -228,7 +229,7 @@ class TaskContext:
             rows = cur.execute(query("task_parent_results"), {"task_id": self.task.id}).fetchall()
         return _parent_results(rows)
 
-    async def aparent_results(self) -> dict[int | str, Any]:
+    async def aparent_results(self) -> ParentResults:
         """`parent_results`, read without blocking the event loop."""
         if "parent_results" in self.__dict__:
             return self.__dict__["parent_results"]  # type: ignore[no-any-return]
@@ -246,6 +247,31 @@ class TaskContext:
         self.__dict__["parent_results"] = found = _parent_results(rows)
         return found
 
+    @functools.cached_property
+    def batch(self) -> BatchStatus:
+        """In a batch's callback (`App.batch`): how many members there were, how many
+        COMPLETED, DEAD and CANCELLED, and their ids. Read once, on first use (blocking).
+        For any task, its parents counted the same way."""
+        import psycopg
+        from psycopg.rows import dict_row
+
+        from pgsched.queries import query
+
+        with (
+            psycopg.connect(self._dsn(), autocommit=True) as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            row = cur.execute(query("batch_status"), {"task_id": self.task.id}).fetchone()
+        assert row is not None
+        return BatchStatus(
+            row["total"],
+            row["completed"],
+            row["dead"],
+            row["cancelled"],
+            row["unfinished"],
+            list(row["member_ids"]),
+        )
+
     def _once_params(self, key: str) -> dict[str, Any]:
         if not key:
             raise ValueError("ctx.once needs a non-empty key")
@@ -262,13 +288,56 @@ class TaskContext:
         return self.dsn
 
 
-def _parent_results(rows: list[dict[str, Any]]) -> dict[int | str, Any]:
-    found: dict[int | str, Any] = {}
+@dataclass(frozen=True)
+class BatchStatus:
+    """A batch's members by outcome, as its callback sees them (`ctx.batch`)."""
+
+    total: int
+    completed: int
+    dead: int
+    cancelled: int
+    unfinished: int
+    member_ids: list[int]
+
+
+class ParentResults(Mapping[int, Any]):
+    """A task's parents' results by task id (each parent once); a workflow step's name is
+    a key too (`results["charge"]`), without being counted or iterated twice."""
+
+    def __init__(self, by_id: dict[int, Any], names: dict[str, int]) -> None:
+        self._by_id = by_id
+        self._names = names
+
+    def __getitem__(self, key: int | str) -> Any:
+        if isinstance(key, str):
+            return self._by_id[self._names[key]]
+        return self._by_id[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_id or key in self._names
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def by_step(self) -> dict[str, Any]:
+        """The named parents' results by step name."""
+        return {name: self._by_id[i] for name, i in self._names.items()}
+
+    def __repr__(self) -> str:
+        return f"ParentResults({self._by_id!r}, steps={self._names!r})"
+
+
+def _parent_results(rows: list[dict[str, Any]]) -> ParentResults:
+    by_id: dict[int, Any] = {}
+    names: dict[str, int] = {}
     for row in rows:
-        found[int(row["parent_id"])] = row["result"]
+        by_id[int(row["parent_id"])] = row["result"]
         if row["step"] is not None:
-            found[row["step"]] = row["result"]
-    return found
+            names[row["step"]] = int(row["parent_id"])
+    return ParentResults(by_id, names)
 
 
 class TaskHandler:

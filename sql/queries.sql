@@ -426,6 +426,45 @@ SELECT
     reason
 FROM pgsched.task_outcome(%(task_id)s, %(wait_token)s);
 
+-- name: task_schedule_workflow
+SELECT
+    step,
+    task_id,
+    created
+FROM pgsched.schedule_workflow(
+    steps => %(steps)s, workflow_key => %(workflow_key)s, tenant_id => %(tenant_id)s
+);
+
+-- name: task_schedule_batch
+SELECT
+    callback_id,
+    member_ids
+FROM pgsched.schedule_batch(
+    task_types => %(task_types)s::text[],
+    payloads => %(payloads)s::jsonb[],
+    on_complete_type => %(on_complete_type)s,
+    on_complete_payload => %(on_complete_payload)s,
+    tenant_id => %(tenant_id)s,
+    priorities => %(priorities)s::integer[],
+    max_attempts => %(max_attempts)s::bigint[],
+    lanes => %(lanes)s::text[],
+    metadatas => %(metadatas)s::jsonb[],
+    on_complete_priority => %(on_complete_priority)s,
+    on_complete_max_attempts => %(on_complete_max_attempts)s,
+    on_complete_lane => %(on_complete_lane)s
+);
+
+-- name: batch_status
+-- ctx.batch: a batch's members by outcome, by its callback's id.
+SELECT
+    total,
+    completed,
+    dead,
+    cancelled,
+    unfinished,
+    member_ids
+FROM pgsched.batch_status(%(task_id)s);
+
 -- name: task_result_listen
 LISTEN pgsched_result;
 

@@ -1,10 +1,12 @@
--- sql/code/workflows.sql — workflows: dependencies, failure policy, results.
+-- sql/code/workflows.sql — workflows: dependencies, failure policy, results, workflows in
+-- one call and batches.
 --
 -- task_parents_lock (a new task's parents checked and held still while it is written),
 -- task_dependencies_link (its edges and hold events), task_dependencies_settle (what a
 -- parent finishing does to what waits for it: release, hold, cascade), the statement
 -- trigger that calls it in the parent's own transaction, task_result and the outcome a
--- waiting App.result reads (task_outcome, task_result_unwait).
+-- waiting App.result reads (task_outcome, task_result_unwait); schedule_workflow (named steps
+-- in one transaction) and schedule_batch (members and a callback, batch_status).
 --
 -- Exactly once: each edge is met once (an UPDATE of the edge row where NOT met), and the
 -- child's waiting_for is decremented by an UPDATE of the child's row, under its row lock,
@@ -425,3 +427,282 @@ $$;
 COMMENT ON FUNCTION pgsched.task_graph(bigint) IS 'The tasks a task waits for (parent) and that wait for it (child), with their type, status, whether the edge is met and their step name.';
 REVOKE ALL ON FUNCTION pgsched.task_graph(bigint) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_graph(bigint) TO pgsched_worker, pgsched_admin;
+
+-- Workflows in one call -------------------------------------------------------------------
+
+-- Why one step of a workflow is refused, or NULL: a JSON object with a plain unique name,
+-- its task's fields (as schedule_task checks them) and `after`, names of other steps.
+CREATE OR REPLACE FUNCTION pgsched.workflow_step_problem(step jsonb, owner text, max_payload_bytes bigint)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    extra text;
+    run_at timestamptz;
+BEGIN
+    IF jsonb_typeof(step) IS DISTINCT FROM 'object' THEN
+        RETURN 'a step is a JSON object';
+    END IF;
+    SELECT k INTO extra FROM jsonb_object_keys(step) AS k
+     WHERE k NOT IN ('name', 'task_type', 'payload', 'run_at', 'priority', 'max_attempts', 'lane',
+                     'metadata', 'after', 'on_parent_failure')
+     ORDER BY k LIMIT 1;
+    IF FOUND THEN
+        RETURN format('unknown key %L (name, task_type, payload, run_at, priority, max_attempts, lane, '
+                      'metadata, after, on_parent_failure)', extra);
+    END IF;
+    IF jsonb_typeof(step -> 'name') IS DISTINCT FROM 'string'
+       OR step ->> 'name' !~ '^[A-Za-z_][A-Za-z0-9_.-]*$' OR length(step ->> 'name') > 100 THEN
+        RETURN 'name must be a plain identifier (letters, digits, _, . and -, starting with a letter or _, '
+               'at most 100 characters)';
+    END IF;
+    IF jsonb_typeof(step -> 'task_type') IS DISTINCT FROM 'string' THEN
+        RETURN 'task_type is required (a string)';
+    END IF;
+    IF step ? 'priority' AND jsonb_typeof(step -> 'priority') <> 'number' THEN
+        RETURN 'priority must be a number';
+    END IF;
+    IF step ? 'max_attempts' AND jsonb_typeof(step -> 'max_attempts') <> 'number' THEN
+        RETURN 'max_attempts must be a number';
+    END IF;
+    IF step ? 'after' AND (jsonb_typeof(step -> 'after') <> 'array' OR EXISTS (
+        SELECT 1 FROM jsonb_array_elements(step -> 'after') AS a WHERE jsonb_typeof(a) <> 'string')) THEN
+        RETURN 'after must be an array of step names';
+    END IF;
+    IF step ? 'on_parent_failure' AND coalesce(step ->> 'on_parent_failure', '') NOT IN ('hold', 'cancel', 'run') THEN
+        RETURN format('on_parent_failure %L is not one of hold, cancel, run', step ->> 'on_parent_failure');
+    END IF;
+    IF step ? 'run_at' THEN
+        BEGIN
+            run_at := (step ->> 'run_at')::timestamptz;
+        EXCEPTION WHEN OTHERS THEN
+            RETURN format('run_at %L is not a time', step ->> 'run_at');
+        END;
+        IF pgsched.run_at_problem(run_at) IS NOT NULL THEN
+            RETURN pgsched.run_at_problem(run_at);
+        END IF;
+    END IF;
+    RETURN pgsched.task_input_problem(
+        step ->> 'task_type', coalesce(step -> 'payload', '{}'), owner,
+        coalesce((step ->> 'priority')::numeric, 5)::integer, coalesce((step ->> 'max_attempts')::numeric, 3)::bigint,
+        step ->> 'lane', coalesce(step -> 'metadata', '{}'), NULL, max_payload_bytes);
+END;
+$$;
+COMMENT ON FUNCTION pgsched.workflow_step_problem(jsonb, text, bigint) IS 'Why one step of schedule_workflow is refused, or NULL: a JSON object with a plain name, its task''s fields as schedule_task checks them, after (names of other steps) and on_parent_failure.';
+REVOKE ALL ON FUNCTION pgsched.workflow_step_problem(jsonb, text, bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.workflow_step_problem(jsonb, text, bigint) TO pgsched_admin;
+
+-- A workflow in one call and one transaction: named steps, each a task waiting for the
+-- steps it names in `after`. Under a workflow_key a second call returns the same ids
+-- (created false) and changes nothing; each step's idempotency key is the engine's
+-- (pgsched:workflow:KEY:NAME). The whole workflow belongs to one tenant.
+CREATE OR REPLACE FUNCTION pgsched.schedule_workflow(
+    steps jsonb,
+    workflow_key text DEFAULT NULL,
+    tenant_id text DEFAULT 'default',
+    as_of timestamptz DEFAULT NULL
+) RETURNS TABLE (step text, task_id bigint, created boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    owner text := coalesce(schedule_workflow.tenant_id, 'default');
+    cfg pgsched.settings;
+    problem text;
+    s record;
+    bad record;
+    done text[] := '{}';
+    done_ids bigint[] := '{}';
+    done_created boolean[] := '{}';
+    progress boolean;
+    parents bigint[];
+    made record;
+BEGIN
+    IF jsonb_typeof(steps) IS DISTINCT FROM 'array' OR jsonb_array_length(steps) = 0 THEN
+        RAISE EXCEPTION 'pgsched: steps must be a non-empty JSON array of step objects'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_array_length(steps) > 10000 THEN
+        RAISE EXCEPTION 'pgsched: steps holds % steps, over the limit of 10000 (use schedule_batch)',
+            jsonb_array_length(steps) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF workflow_key IS NOT NULL AND (workflow_key = '' OR length(workflow_key) > 150) THEN
+        RAISE EXCEPTION 'pgsched: workflow_key must be 1 to 150 characters' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    problem := pgsched.producer_tenant_problem(ARRAY[owner]);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT * INTO cfg FROM pgsched.settings;
+    SELECT e.ord, e.value ->> 'name' AS name, pgsched.workflow_step_problem(e.value, owner, cfg.max_payload_bytes) AS problem
+      INTO bad
+      FROM jsonb_array_elements(steps) WITH ORDINALITY AS e(value, ord)
+     WHERE pgsched.workflow_step_problem(e.value, owner, cfg.max_payload_bytes) IS NOT NULL
+     ORDER BY e.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: steps[%]%: %', bad.ord - 1, CASE WHEN bad.name IS NOT NULL THEN format(' (%s)', bad.name) ELSE '' END, bad.problem
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT e.value ->> 'name' AS name INTO bad
+      FROM jsonb_array_elements(steps) AS e(value)
+     GROUP BY e.value ->> 'name' HAVING count(*) > 1 LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: steps: the step name % is used twice', bad.name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT e.ord, e.value ->> 'name' AS name, a.name AS after INTO bad
+      FROM jsonb_array_elements(steps) WITH ORDINALITY AS e(value, ord)
+     CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(e.value -> 'after', '[]')) AS a(name)
+     WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(steps) AS o(value) WHERE o.value ->> 'name' = a.name)
+     ORDER BY e.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgsched: steps[%] (%): after names %, which is no step of this workflow',
+            bad.ord - 1, bad.name, bad.after USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Each step once its `after` steps are made: parents always exist before a child.
+    WHILE cardinality(done) < jsonb_array_length(steps) LOOP
+        progress := FALSE;
+        FOR s IN
+            SELECT e.value AS v, e.ord
+              FROM jsonb_array_elements(steps) WITH ORDINALITY AS e(value, ord)
+             WHERE (e.value ->> 'name') <> ALL (done)
+               AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(e.value -> 'after', '[]')) AS a(name)
+                                WHERE a.name <> ALL (done))
+             ORDER BY e.ord
+        LOOP
+            parents := ARRAY(SELECT DISTINCT done_ids[array_position(done, a.name)]
+                               FROM jsonb_array_elements_text(coalesce(s.v -> 'after', '[]')) AS a(name));
+            SELECT m.task_id, m.created INTO made
+              FROM pgsched.task_insert_many(
+                  ARRAY[s.v ->> 'task_type'], ARRAY[coalesce(s.v -> 'payload', '{}')],
+                  ARRAY[(s.v ->> 'run_at')::timestamptz], ARRAY[owner],
+                  ARRAY[coalesce((s.v ->> 'priority')::numeric, 5)::integer],
+                  CASE WHEN workflow_key IS NOT NULL
+                       THEN ARRAY[format('pgsched:workflow:%s:%s', workflow_key, s.v ->> 'name')] END,
+                  ARRAY[coalesce((s.v ->> 'max_attempts')::numeric, 3)::bigint], ARRAY[s.v ->> 'lane'],
+                  ARRAY[coalesce(s.v -> 'metadata', '{}')
+                        || jsonb_build_object('pgsched_step', s.v ->> 'name')
+                        || coalesce(jsonb_build_object('pgsched_workflow', workflow_key), '{}')],
+                  NULL, NULL, t, NULL, NULL,
+                  -- Parents made in this call cannot have finished yet.
+                  cardinality(parents), s.v ->> 'on_parent_failure') AS m;
+            IF made.created AND cardinality(parents) > 0 THEN
+                PERFORM pgsched.task_dependencies_link(
+                    ARRAY[made.task_id], parents, array_fill(FALSE, ARRAY[cardinality(parents)]),
+                    array_fill('PENDING'::pgsched.task_status, ARRAY[cardinality(parents)]), t);
+            END IF;
+            done := done || (s.v ->> 'name');
+            done_ids := done_ids || made.task_id;
+            done_created := done_created || made.created;
+            progress := TRUE;
+        END LOOP;
+        IF NOT progress THEN
+            RAISE EXCEPTION 'pgsched: steps: the after names of % form a cycle',
+                (SELECT string_agg(e.value ->> 'name', ', ' ORDER BY e.ord)
+                   FROM jsonb_array_elements(steps) WITH ORDINALITY AS e(value, ord)
+                  WHERE (e.value ->> 'name') <> ALL (done))
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    SELECT e.value ->> 'name', done_ids[array_position(done, e.value ->> 'name')],
+           done_created[array_position(done, e.value ->> 'name')]
+      FROM jsonb_array_elements(steps) WITH ORDINALITY AS e(value, ord)
+     ORDER BY e.ord;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.schedule_workflow(jsonb, text, text, timestamp with time zone) IS 'Schedule a workflow in one transaction: steps is a JSON array of {name, task_type, payload, run_at, priority, max_attempts, lane, metadata, after: [step names], on_parent_failure}; each step waits for those it names in after (a cycle is refused). One tenant for the whole workflow. Under workflow_key a second call returns the same ids with created false. Returns (step, task_id, created) per step, in the order given.';
+REVOKE ALL ON FUNCTION pgsched.schedule_workflow(jsonb, text, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_workflow(jsonb, text, text, timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+-- Batches ---------------------------------------------------------------------------------
+
+-- Members and a callback that runs once every member finished (COMPLETED, DEAD or
+-- CANCELLED): the callback waits for every member with on_parent_failure run, so its wait
+-- is the counter waiting_for, decremented as members finish, never a scan of the batch.
+CREATE OR REPLACE FUNCTION pgsched.schedule_batch(
+    task_types text[],
+    payloads jsonb[] DEFAULT NULL,
+    on_complete_type text DEFAULT NULL,
+    on_complete_payload jsonb DEFAULT '{}',
+    tenant_id text DEFAULT 'default',
+    priorities integer[] DEFAULT NULL,
+    max_attempts bigint[] DEFAULT NULL,
+    lanes text[] DEFAULT NULL,
+    metadatas jsonb[] DEFAULT NULL,
+    on_complete_priority integer DEFAULT 5,
+    on_complete_max_attempts bigint DEFAULT 3,
+    on_complete_lane text DEFAULT NULL,
+    as_of timestamptz DEFAULT NULL
+) RETURNS TABLE (callback_id bigint, member_ids bigint[])
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    owner text := coalesce(schedule_batch.tenant_id, 'default');
+    n integer := coalesce(cardinality(task_types), 0);
+    members bigint[];
+    callback bigint;
+    problem text;
+BEGIN
+    IF on_complete_type IS NULL THEN
+        RAISE EXCEPTION 'pgsched: on_complete_type is required (the callback''s task type)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n = 0 THEN
+        RAISE EXCEPTION 'pgsched: task_types must name at least one member' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    problem := pgsched.task_input_problem(
+        on_complete_type, coalesce(on_complete_payload, '{}'), owner, coalesce(on_complete_priority, 5),
+        coalesce(on_complete_max_attempts, 3), on_complete_lane, '{}', NULL,
+        (SELECT s.max_payload_bytes FROM pgsched.settings AS s));
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: on_complete: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The members through schedule_tasks: its checks (a bad row named), its routing.
+    members := ARRAY(
+        SELECT s.task_id FROM pgsched.schedule_tasks(
+            task_types, payloads, NULL, array_fill(owner, ARRAY[n]), priorities, NULL, schedule_batch.max_attempts,
+            lanes, metadatas, t) AS s
+         ORDER BY s.ordinal);
+    SELECT m.task_id INTO callback
+      FROM pgsched.task_insert_many(
+          ARRAY[on_complete_type], ARRAY[coalesce(on_complete_payload, '{}')], NULL, ARRAY[owner],
+          ARRAY[coalesce(on_complete_priority, 5)], NULL, ARRAY[coalesce(on_complete_max_attempts, 3)],
+          ARRAY[on_complete_lane], ARRAY[jsonb_build_object('pgsched_batch_size', n)], NULL, NULL, t,
+          NULL, NULL, n, 'run') AS m;
+    -- The members were made in this transaction: none can have finished.
+    INSERT INTO pgsched.task_dependencies (parent_id, child_id, met, created_at)
+    SELECT m, callback, FALSE, t FROM unnest(members) AS m;
+    RETURN QUERY SELECT callback, members;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.schedule_batch(text[], jsonb[], text, jsonb, text, integer[], bigint[], text[], jsonb[], integer, bigint, text, timestamp with time zone) IS 'Schedule a batch: members (task_types, payloads, priorities, max_attempts, lanes, metadatas: parallel arrays as schedule_tasks takes them) and a callback task (on_complete_type, on_complete_payload, on_complete_priority, on_complete_max_attempts, on_complete_lane) that runs exactly once when every member has finished, COMPLETED, DEAD or CANCELLED; its wait is a counter, not a scan. One tenant. Returns (callback_id, member_ids); pgsched.batch_status(callback_id) counts the members by outcome.';
+REVOKE ALL ON FUNCTION pgsched.schedule_batch(text[], jsonb[], text, jsonb, text, integer[], bigint[], text[], jsonb[], integer, bigint, text, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_batch(text[], jsonb[], text, jsonb, text, integer[], bigint[], text[], jsonb[], integer, bigint, text, timestamptz) TO pgsched_producer, pgsched_worker, pgsched_admin;
+
+-- A batch's members by outcome (what its callback's ctx.batch reads).
+CREATE OR REPLACE FUNCTION pgsched.batch_status(callback_id bigint)
+RETURNS TABLE (total bigint, completed bigint, dead bigint, cancelled bigint, unfinished bigint, member_ids bigint[])
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*), count(*) FILTER (WHERE m.status = 'COMPLETED'), count(*) FILTER (WHERE m.status = 'FAILED'),
+           count(*) FILTER (WHERE m.status = 'CANCELLED'),
+           count(*) FILTER (WHERE m.status IN ('PENDING', 'QUEUED', 'PROCESSING')),
+           coalesce(array_agg(m.id ORDER BY m.id), '{}')
+      FROM pgsched.task_dependencies AS d
+      JOIN pgsched.tasks AS m ON m.id = d.parent_id
+     WHERE d.child_id = batch_status.callback_id
+$$;
+COMMENT ON FUNCTION pgsched.batch_status(bigint) IS 'A batch (or any task with parents) by its callback''s id: how many members, how many COMPLETED, DEAD, CANCELLED and unfinished, and their ids.';
+REVOKE ALL ON FUNCTION pgsched.batch_status(bigint) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.batch_status(bigint) TO pgsched_producer, pgsched_worker, pgsched_admin;

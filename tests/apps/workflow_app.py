@@ -67,3 +67,27 @@ def _only(results: dict[int | str, Any]) -> Any:
     values = [v for k, v in results.items() if isinstance(k, int)]
     assert len(values) == 1, results
     return values[0]
+
+
+@app.handler("wf_step_email")
+def step_email(ctx: TaskContext) -> dict[str, Any]:
+    # A workflow's steps are named: the parent's result by its step name.
+    return {"emailed": ctx.parent_results["charge"]["order"]}
+
+
+@app.handler("wf_member", retry=QUICK)
+def member(ctx: TaskContext) -> int:
+    if ctx.payload.get("fail"):
+        raise RuntimeError("this member fails")
+    return int(ctx.payload["n"])
+
+
+@app.handler("wf_batch_done")
+def batch_done(ctx: TaskContext) -> dict[str, Any]:
+    batch = ctx.batch
+    return {
+        "total": batch.total,
+        "completed": batch.completed,
+        "dead": batch.dead,
+        "members": len(batch.member_ids),
+    }

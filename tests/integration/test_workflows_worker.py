@@ -108,3 +108,24 @@ def test_cli_schedule_after_and_show_list_parents_and_children(
     assert "Traceback" not in bad.stderr
     lone = cli(db_env, "schedule", "wf_archive", "--on-parent-failure", "run")
     assert lone.returncode == 2 and "--on-parent-failure needs --after" in lone.stderr
+
+
+def test_a_workflow_runs_its_steps_by_name_and_a_batch_callback_counts_its_members(
+    db_dsn: str, workers: Any
+) -> None:
+    app = App(db_dsn)
+    wf = app.workflow("order-B-2")
+    wf.step("charge", "wf_charge", {"order": "B-2", "amount": 5})
+    wf.step("email", "wf_step_email", after=["charge"])
+    ids = wf.schedule()
+    members = [{"task_type": "wf_member", "payload": {"n": n}} for n in range(5)]
+    members.append({"task_type": "wf_member", "payload": {"fail": True}, "max_attempts": 1})
+    batch = app.batch(members, on_complete={"task_type": "wf_batch_done"})
+    workers.start("W1", app=APP)
+    assert app.result(ids["email"], timeout=60) == {"emailed": "B-2"}
+    assert app.result(batch.callback_id, timeout=60) == {
+        "total": 6,
+        "completed": 5,
+        "dead": 1,
+        "members": 6,
+    }
