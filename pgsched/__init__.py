@@ -12,7 +12,7 @@ from pgsched.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from pgsched.handlers import BatchStatus, ParentResults, TaskContext, TaskHandler
+from pgsched.handlers import BatchStatus, ParentResults, Snooze, TaskContext, TaskHandler
 from pgsched.lanes import Lane
 from pgsched.loop_local import LoopLocal
 from pgsched.retry import RetryPolicy
@@ -37,6 +37,7 @@ __all__ = [
     "ResultTimeoutError",
     "RetryPolicy",
     "ScheduledTask",
+    "Snooze",
     "TaskCancelledError",
     "TaskContext",
     "TaskFailedError",

@@ -35,7 +35,13 @@ from pgsched.errors import (
     TaskFailedError,
     translate,
 )
-from pgsched.handlers import HandlerRegistry, Registration, TaskContext, TaskHandler
+from pgsched.handlers import (
+    DEFAULT_MAX_SNOOZES,
+    HandlerRegistry,
+    Registration,
+    TaskContext,
+    TaskHandler,
+)
 from pgsched.hot_tier.config import HotTierConfig
 from pgsched.lanes import WORK_LANES
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
@@ -88,12 +94,14 @@ class App:
         timeout: float | None = None,
         transactional: bool = False,
         isolation: str | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
     ) -> Callable[[Any], Any]:
         """Register a function (sync or async) or a TaskHandler class for a task type.
 
         `isolation` says where plain (`def`) steps run: "process" (a handler process of the
         lane, killed when the attempt must end: the default with a timeout) or "thread"
-        (the lane's thread pool: the default without one)."""
+        (the lane's thread pool: the default without one). `max_snoozes` caps how often a
+        task of this type may snooze (`ctx.snooze`); the next snooze is a failed attempt."""
 
         def register(target: Any) -> Any:
             handler = target() if isinstance(target, type) else target
@@ -104,6 +112,7 @@ class App:
                 timeout=timeout,
                 transactional=transactional,
                 isolation=isolation,
+                max_snoozes=max_snoozes,
             )
             return target
 
@@ -118,6 +127,7 @@ class App:
         timeout: float | None = None,
         transactional: bool = False,
         isolation: str | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
     ) -> Registration:
         return self.registry.register(
             task_type,
@@ -126,6 +136,7 @@ class App:
             timeout=timeout,
             transactional=transactional,
             isolation=isolation,
+            max_snoozes=max_snoozes,
         )
 
     def run_worker(self, config: Any = None) -> None:

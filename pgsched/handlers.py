@@ -24,11 +24,42 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import Any, NoReturn
 
 from pgsched.errors import InvalidTaskError, TaskCancelledError
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import TaskRow as TaskRow  # re-exported: handlers receive it
+
+
+MAX_SNOOZE_SECONDS = 30 * 24 * 3600  # the longest snooze: 30 days, as a retry's wait
+DEFAULT_MAX_SNOOZES = 100  # a handler's cap on snoozes per task (`max_snoozes=`)
+
+
+class Snooze(Exception):
+    """Raised by a handler (or by `ctx.snooze`): "not yet, try again in `delay`". The task
+    goes back to be due after `delay` (seconds or a timedelta, 0 to 30 days) without
+    spending an attempt; `reason` is kept on its record. Past its handler's `max_snoozes`
+    a snooze counts as a failed attempt instead."""
+
+    def __init__(self, delay: float | timedelta, reason: str | None = None) -> None:
+        if isinstance(delay, timedelta):
+            seconds = delay.total_seconds()
+        elif isinstance(delay, int | float) and not isinstance(delay, bool):
+            seconds = float(delay)
+        else:
+            raise TypeError(f"snooze takes seconds or a timedelta, got {delay!r}")
+        # Written so that NaN fails the check too.
+        if not 0 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise ValueError(f"snooze {delay!r} is out of range (0 to 30 days)")
+        self.delay = timedelta(seconds=seconds)
+        self.reason = reason
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """What the task's record says: "snoozed for 600s: waiting for the export"."""
+        said = f"snoozed for {self.delay.total_seconds():g}s"
+        return f"{said}: {self.reason}" if self.reason else said
 
 
 class CancelFlag:
@@ -139,6 +170,13 @@ class TaskContext:
         the work is done, and the task completes. An async handler is stopped for it by
         `asyncio.CancelledError`."""
         return self.cancel_flag.is_set()
+
+    def snooze(self, delay: float | timedelta, reason: str | None = None) -> NoReturn:
+        """Put the task back to be due after `delay` (seconds or a timedelta, 0 to 30 days)
+        without spending an attempt, and end this run now (raises `Snooze`). `reason` goes
+        on the task's record. Past the handler's `max_snoozes` it counts as a failed
+        attempt. A transactional handler's writes are rolled back."""
+        raise Snooze(delay, reason)
 
     def raise_if_cancelled(self) -> None:
         """Raise `TaskCancelledError` if the task was asked to stop: it ends CANCELLED."""
@@ -386,6 +424,8 @@ class Registration:
     transactional: bool = False
     # None: "process" for a plain handler with a timeout, else "thread" (see ISOLATIONS).
     isolation: str | None = None
+    # Snoozes a task of this type may take; the next one counts as a failed attempt.
+    max_snoozes: int = DEFAULT_MAX_SNOOZES
     is_async: bool = field(init=False)
     # Each step's callable (None: not overridden, skipped) and whether it is async, looked
     # up once here rather than for every task.
@@ -393,6 +433,15 @@ class Registration:
     async_steps: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if (
+            not isinstance(self.max_snoozes, int)
+            or isinstance(self.max_snoozes, bool)
+            or not 0 <= self.max_snoozes <= 1_000_000
+        ):
+            raise InvalidTaskError(
+                f"max_snoozes {self.max_snoozes!r} for task type {self.task_type!r} is out of "
+                "range (0 to 1000000)"
+            )
         if self.timeout is not None and not 0 < self.timeout <= MAX_TIMEOUT_SECONDS:
             raise InvalidTaskError(
                 f"timeout {self.timeout} is out of range (more than 0, at most "
@@ -460,6 +509,7 @@ class HandlerRegistry:
         timeout: float | None = None,
         transactional: bool = False,
         isolation: str | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
     ) -> Registration:
         if task_type in self._by_type:
             raise ValueError(f"a handler for task type {task_type!r} is already registered")
@@ -468,7 +518,13 @@ class HandlerRegistry:
                 raise TypeError("a handler is a TaskHandler or a callable taking ctx")
             handler = FunctionHandler(handler)
         registration = Registration(
-            task_type, handler, retry or RetryPolicy(), timeout, transactional, isolation
+            task_type,
+            handler,
+            retry or RetryPolicy(),
+            timeout,
+            transactional,
+            isolation,
+            max_snoozes,
         )
         self._by_type[task_type] = registration
         return registration

@@ -178,6 +178,8 @@ class TaskRow:
     traceparent: str | None = None
     # The task's own retry schedule (tasks.retry_delays), before the handler's.
     retry_delays: list[timedelta] | None = None
+    # How often it was snoozed so far (tasks.snoozes).
+    snoozes: int = 0
 
     # Decoded on first use, then kept: a handler that never reads them costs nothing.
     @functools.cached_property

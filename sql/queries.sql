@@ -120,7 +120,8 @@ SELECT
             AND cw.idempotency_key = c.idempotency_key
     ) AS done_by,
     c.traceparent,
-    c.retry_delays
+    c.retry_delays,
+    coalesce(c.snoozes, 0) AS snoozes
 FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s) AS c;
 
 -- name: task_claim_ids
@@ -151,7 +152,8 @@ SELECT
             AND cw.idempotency_key = c.idempotency_key
     ) AS done_by,
     c.traceparent,
-    c.retry_delays
+    c.retry_delays,
+    coalesce(c.snoozes, 0) AS snoozes
 FROM pgsched.task_claim_ids(%(lane)s, %(ids)s::bigint[], %(worker)s, %(lease)s) AS c;
 
 -- name: hot_tier_window

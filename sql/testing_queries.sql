@@ -29,7 +29,8 @@ SELECT
             AND cw.idempotency_key = c.idempotency_key
     ) AS done_by,
     c.traceparent,
-    c.retry_delays
+    c.retry_delays,
+    coalesce(c.snoozes, 0) AS snoozes
 FROM pgsched.task_claim_many(
     %(lane)s, %(max_tasks)s, %(worker)s, %(lease)s, %(as_of)s
 ) AS c;

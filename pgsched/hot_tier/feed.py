@@ -47,7 +47,7 @@ IDS_PER_QUERY = 10_000  # hot_tier_due_by_ids' own cap
 PAIRS_PER_PUSH = 1_000  # push_due.lua's arguments stay well within Lua's stack
 # Outcomes that may leave a task QUEUED again (a CANCELLED report without a cancel request
 # is a failed attempt, retried like RETRY).
-REQUEUING = frozenset({"RETRY", "RELEASED", "CANCELLED"})
+REQUEUING = frozenset({"RETRY", "RELEASED", "CANCELLED", "SNOOZED"})
 
 Row = tuple[Any, ...]  # (id, lane, priority, next_run_at)
 

@@ -36,7 +36,16 @@ from pgsched.tasks import TaskRow
 
 # What a written outcome counts as (`pgsched_task_outcomes_total{outcome}`); each attempt
 # that ends is counted once, under exactly one of these.
-OUTCOMES = ("completed", "retried", "dead", "failed", "lease_lost", "released", "cancelled")
+OUTCOMES = (
+    "completed",
+    "retried",
+    "dead",
+    "failed",
+    "lease_lost",
+    "released",
+    "cancelled",
+    "snoozed",
+)
 
 # Seconds. Lateness of a healthy lane is milliseconds; of a starved one, minutes to hours.
 LATENESS_BUCKETS = (
@@ -65,6 +74,8 @@ def _outcome_of(status: str, task: TaskRow | None) -> str:
         return "released"
     if status == "CANCELLED":
         return "cancelled"  # asked to stop (pgsched cancel) and stopped
+    if status == "SNOOZED":
+        return "snoozed"  # due again later, no attempt spent
     if status == "RETRY":
         # The database's own rule: a failed attempt with none left goes to the DEAD lane.
         if task is not None and task.attempt >= task.max_attempts:
@@ -96,7 +107,8 @@ class WorkerMetrics:
             "pgsched_task_outcomes",
             "Attempts ended, by outcome: completed, retried, dead (no attempts left), failed "
             "(refused outright: DEAD at once), lease_lost (report not applied), released "
-            "(given back at shutdown), cancelled (asked to stop, and stopped).",
+            "(given back at shutdown), cancelled (asked to stop, and stopped), snoozed (due "
+            "again later, no attempt spent).",
             [*labels, "outcome"],
             registry=registry,
         )

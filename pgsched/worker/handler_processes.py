@@ -40,7 +40,7 @@ import traceback
 from typing import Any
 
 from pgsched.errors import ConfigError
-from pgsched.handlers import CancelFlag, Registration, TaskContext
+from pgsched.handlers import CancelFlag, Registration, Snooze, TaskContext
 from pgsched.tasks import TaskRow
 
 log = logging.getLogger("pgsched.worker.handler_processes")
@@ -199,10 +199,13 @@ def _child_main(conn: multiprocessing.connection.Connection, level: str, log_for
             handler, task, worker_id, dsn = opening
             ctx = TaskContext(task, worker_id, dsn=dsn, cancel=flag)
         assert ctx is not None
+        reply: tuple[Any, ...]
         try:
             returned = getattr(handler, name)(ctx)
+        except Snooze as snooze:  # not a fault: the task is due again later
+            reply = ("snooze", snooze.delay.total_seconds(), snooze.reason)
         except BaseException as exc:  # the handler's fault: its attempt's outcome
-            reply: tuple[Any, ...] = ("raised", type(exc).__name__, _describe(exc), repr(exc))
+            reply = ("raised", type(exc).__name__, _describe(exc), repr(exc))
         else:
             reply = ("ok", _encoded(returned) if name == "execute" else None)
         conn.send(reply)
@@ -385,6 +388,8 @@ class ProcessRun:
             raise HandlerProcessDied(f"{death} while running {name}") from exc
         if reply[0] == "raised":
             raise HandlerRaised(reply[1], reply[2], reply[3])
+        if reply[0] == "snooze":
+            raise Snooze(reply[1], reply[2])
         returned = reply[1] if len(reply) > 1 else None
         if isinstance(returned, Exception):
             kind = type(returned).__name__

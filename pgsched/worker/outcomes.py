@@ -44,7 +44,7 @@ class Outcome(NamedTuple):
 
     task_id: int
     lease_token: Any
-    outcome: str  # COMPLETED | RETRY | FAILED | RELEASED | CANCELLED
+    outcome: str  # COMPLETED | RETRY | FAILED | RELEASED | CANCELLED | SNOOZED
     error: str | None = None
     retry_delay: timedelta | None = None
     # A completed handler's return value as JSON text (None: it returned nothing).

@@ -27,7 +27,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from pgsched import tracing
-from pgsched.handlers import CancelFlag, Registration, TaskContext, call_step
+from pgsched.handlers import CancelFlag, Registration, Snooze, TaskContext, call_step
 from pgsched.observability.logs import (
     attempt_started,
     error_class,
@@ -487,6 +487,8 @@ class TaskRunner:
                 await self._step(registration, "validate", ctx, child)
             except asyncio.CancelledError:
                 raise
+            except Snooze as snooze:
+                return self._snoozed(registration, task, snooze)
             except HandlerFault as exc:
                 if ctx.cancelled:
                     return self._stopped(ctx, exc)
@@ -504,6 +506,8 @@ class TaskRunner:
                     returned = await self._step(registration, "execute", ctx, child)
         except asyncio.CancelledError:
             raise
+        except Snooze as snooze:
+            return self._snoozed(registration, task, snooze)
         except HandlerFault as exc:
             if ctx.cancelled:
                 # Asked to stop, it stopped by raising (ctx.raise_if_cancelled, or any
@@ -554,6 +558,26 @@ class TaskRunner:
                 extra=task_fields(task, outcome="completed_before_cancel"),
             )
         return Outcome(task.id, task.lease_token, "COMPLETED", None, None, result)
+
+    def _snoozed(self, registration: Registration, task: TaskRow, snooze: Snooze) -> Outcome:
+        """The outcome of a handler that snoozed: due again later, no attempt spent; past
+        its handler's cap, a failed attempt."""
+        if task.snoozes >= registration.max_snoozes:
+            error = (
+                f"{snooze.describe()}, but the task has snoozed {task.snoozes} times, the cap "
+                f"of its handler (max_snoozes={registration.max_snoozes}): counted as a failed "
+                "attempt"
+            )
+            return retry_outcome(task, registration.retry, error, "snooze_cap")
+        log.info(
+            "%s: %s",
+            describe_task(task),
+            snooze.describe(),
+            extra=task_fields(
+                task, outcome="snoozed", next_retry_in_s=snooze.delay.total_seconds()
+            ),
+        )
+        return Outcome(task.id, task.lease_token, "SNOOZED", snooze.describe(), snooze.delay)
 
     def _stopped(self, ctx: TaskContext, exc: BaseException) -> Outcome:
         """The outcome of a handler that raised after its task was asked to stop."""

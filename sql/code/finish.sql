@@ -92,10 +92,11 @@ BEGIN
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     SELECT u.outcome INTO bad
       FROM unnest(outcomes) AS u(outcome)
-     WHERE u.outcome IS NULL OR u.outcome NOT IN ('COMPLETED', 'RETRY', 'FAILED', 'RELEASED', 'CANCELLED')
+     WHERE u.outcome IS NULL
+        OR u.outcome NOT IN ('COMPLETED', 'RETRY', 'FAILED', 'RELEASED', 'CANCELLED', 'SNOOZED')
      LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED, RELEASED or CANCELLED)', bad
+        RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED or SNOOZED)', bad
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
@@ -129,16 +130,27 @@ BEGIN
                    WHEN u.outcome = 'FAILED' THEN 'FAILED'::pgsched.task_status
                    WHEN u.outcome = 'RELEASED'
                        THEN pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
+                   WHEN u.outcome = 'SNOOZED'
+                       THEN pgsched.tier_status(
+                           pgsched.tier_of(t + coalesce(u.delay, '0'), h.immediate_until, h.hot_until))
                    -- CANCELLED with no request (not a report this worker makes): a failed attempt.
                    WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
                    ELSE pgsched.tier_status(
                        pgsched.tier_of(t + coalesce(u.delay, '0'), h.immediate_until, h.hot_until))
                END),
                attempts = CASE
-                   WHEN u.outcome = 'RELEASED' AND tk.cancel_requested_at IS NULL THEN tk.attempts - 1
+                   WHEN u.outcome IN ('RELEASED', 'SNOOZED') AND tk.cancel_requested_at IS NULL
+                       THEN tk.attempts - 1
                    ELSE tk.attempts
                END,
+               -- A snooze spends no attempt: due again after its delay, counted apart.
+               snoozes = CASE
+                   WHEN u.outcome = 'SNOOZED' AND tk.cancel_requested_at IS NULL THEN coalesce(tk.snoozes, 0) + 1
+                   ELSE tk.snoozes
+               END,
                next_run_at = CASE
+                   WHEN u.outcome = 'SNOOZED' AND tk.cancel_requested_at IS NULL
+                       THEN t + coalesce(u.delay, '0')
                    WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.cancel_requested_at IS NULL
                         AND tk.attempts < tk.max_attempts
                        THEN t + coalesce(u.delay, '0')
@@ -158,6 +170,7 @@ BEGIN
                        THEN format('cancelled by %s: %s; %s', tk.cancel_requested_by, tk.cancel_reason,
                                    coalesce(split_part(u.error, E'\n', 1), lower(u.outcome)))
                    WHEN u.outcome = 'RELEASED' THEN coalesce(u.error, 'released unfinished at worker shutdown')
+                   WHEN u.outcome = 'SNOOZED' THEN coalesce(u.error, 'snoozed')
                    WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.attempts >= tk.max_attempts
                        THEN format('attempts exhausted (%s of %s): %s', tk.attempts, tk.max_attempts, u.error)
                    ELSE u.error
@@ -224,7 +237,7 @@ BEGIN
       LEFT JOIN unnest(done) AS d(id) ON d.id = u.id;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone, jsonb[]) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time. results holds each completed task''s return value (JSON; over settings.max_result_bytes the attempt fails instead). Tasks waiting for those that finish are settled in the same transaction (task_settle_dependents). Returns (task_id, applied) per report.';
+COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone, jsonb[]) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED, SNOOZED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time; SNOOZED is due again after its delay with the attempt given back and tasks.snoozes counted. results holds each completed task''s return value (JSON; over settings.max_result_bytes the attempt fails instead). Tasks waiting for those that finish are settled in the same transaction (task_settle_dependents). Returns (task_id, applied) per report.';
 REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[]) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[]) TO pgsched_worker, pgsched_admin;
 

@@ -1,0 +1,53 @@
+"""Handlers for the lifecycle tests (snooze, retry schedules, progress), run in real worker
+processes:
+
+    pgsched worker --app tests.apps.lifecycle:app --lanes normal ...
+
+Each comes in the places a handler can run: a thread of the lane's pool (a plain `def`), a
+handler process (`isolation="process"`) and the lane's event loop (`async def`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pgsched import App, RetryPolicy, Snooze, TaskContext
+
+app = App()
+
+QUICK_RETRY = RetryPolicy(base_seconds=0.1, jitter=0.0)
+
+
+def snooze_first_run(ctx: TaskContext) -> None:
+    """Snoozes on its first run (payload seconds, with a reason), completes on the next."""
+    if ctx.task.snoozes == 0:
+        ctx.snooze(ctx.payload.get("seconds", 1), "waiting for the upstream export")
+
+
+app.register("snooze_thread", snooze_first_run)
+app.register("snooze_process", snooze_first_run, isolation="process")
+
+
+@app.handler("snooze_async")
+async def snooze_async(ctx: TaskContext) -> None:
+    if ctx.task.snoozes == 0:
+        raise Snooze(timedelta(seconds=ctx.payload.get("seconds", 1)))
+
+
+def snooze_forever(ctx: TaskContext) -> None:
+    ctx.snooze(0, "never ready")
+
+
+app.register("snooze_capped", snooze_forever, max_snoozes=2, retry=QUICK_RETRY)
+app.register(
+    "snooze_capped_process",
+    snooze_forever,
+    max_snoozes=2,
+    retry=QUICK_RETRY,
+    isolation="process",
+)
+
+
+@app.handler("snooze_bad", retry=QUICK_RETRY)
+def snooze_bad(ctx: TaskContext) -> None:
+    ctx.snooze(-5)
