@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Unpack
 
 import psycopg
@@ -47,7 +48,7 @@ from pgsched.lanes import WORK_LANES
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
 from pgsched.producer import CancelWhereOptions, RecurringOptions, ScheduleOptions
 from pgsched.queries import column_index, query
-from pgsched.retry import RetryPolicy
+from pgsched.retry import RetryDecision, RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
 from pgsched.workflows import Batch, Workflow, batch_params
 
@@ -95,13 +96,18 @@ class App:
         transactional: bool = False,
         isolation: str | None = None,
         max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        retry_delays: Sequence[float | timedelta] | RetryDecision | None = None,
     ) -> Callable[[Any], Any]:
         """Register a function (sync or async) or a TaskHandler class for a task type.
 
         `isolation` says where plain (`def`) steps run: "process" (a handler process of the
         lane, killed when the attempt must end: the default with a timeout) or "thread"
         (the lane's thread pool: the default without one). `max_snoozes` caps how often a
-        task of this type may snooze (`ctx.snooze`); the next snooze is a failed attempt."""
+        task of this type may snooze (`ctx.snooze`); the next snooze is a failed attempt.
+        `retry_delays` replaces the `retry` policy: the waits after failed attempts 1, 2, ...
+        (seconds or timedeltas; the last repeats), or a function `(attempt, error) -> delay
+        | None` (None: give up, the task goes to the DEAD lane). A task scheduled with its
+        own `retry_delays` follows those."""
 
         def register(target: Any) -> Any:
             handler = target() if isinstance(target, type) else target
@@ -113,6 +119,7 @@ class App:
                 transactional=transactional,
                 isolation=isolation,
                 max_snoozes=max_snoozes,
+                retry_delays=retry_delays,
             )
             return target
 
@@ -128,6 +135,7 @@ class App:
         transactional: bool = False,
         isolation: str | None = None,
         max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        retry_delays: Sequence[float | timedelta] | RetryDecision | None = None,
     ) -> Registration:
         return self.registry.register(
             task_type,
@@ -137,6 +145,7 @@ class App:
             transactional=transactional,
             isolation=isolation,
             max_snoozes=max_snoozes,
+            retry_delays=retry_delays,
         )
 
     def run_worker(self, config: Any = None) -> None:

@@ -21,14 +21,14 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NoReturn
 
 from pgsched.errors import InvalidTaskError, TaskCancelledError
-from pgsched.retry import RetryPolicy
+from pgsched.retry import RetryDecision, RetryPolicy, RetrySchedule
 from pgsched.tasks import TaskRow as TaskRow  # re-exported: handlers receive it
 
 
@@ -426,6 +426,8 @@ class Registration:
     isolation: str | None = None
     # Snoozes a task of this type may take; the next one counts as a failed attempt.
     max_snoozes: int = DEFAULT_MAX_SNOOZES
+    # What follows a failed attempt (`retry_delays=`, else `retry`): see RetrySchedule.
+    schedule: RetrySchedule | None = None
     is_async: bool = field(init=False)
     # Each step's callable (None: not overridden, skipped) and whether it is async, looked
     # up once here rather than for every task.
@@ -433,6 +435,8 @@ class Registration:
     async_steps: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.schedule is None:
+            self.schedule = RetrySchedule(self.retry)
         if (
             not isinstance(self.max_snoozes, int)
             or isinstance(self.max_snoozes, bool)
@@ -510,6 +514,7 @@ class HandlerRegistry:
         transactional: bool = False,
         isolation: str | None = None,
         max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        retry_delays: Sequence[float | timedelta] | RetryDecision | None = None,
     ) -> Registration:
         if task_type in self._by_type:
             raise ValueError(f"a handler for task type {task_type!r} is already registered")
@@ -517,14 +522,16 @@ class HandlerRegistry:
             if not callable(handler):
                 raise TypeError("a handler is a TaskHandler or a callable taking ctx")
             handler = FunctionHandler(handler)
+        schedule = RetrySchedule.of(retry, retry_delays, f"task type {task_type!r}")
         registration = Registration(
             task_type,
             handler,
-            retry or RetryPolicy(),
+            schedule.policy,
             timeout,
             transactional,
             isolation,
             max_snoozes,
+            schedule,
         )
         self._by_type[task_type] = registration
         return registration

@@ -1,9 +1,11 @@
-"""How long a failed attempt waits before the next: exponential backoff with jitter."""
+"""How long a failed attempt waits before the next: exponential backoff with jitter
+(`RetryPolicy`), or an explicit schedule: a list of waits, or a function of the attempt and
+the error that may give up (`RetrySchedule`)."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -86,3 +88,63 @@ def _delay(value: object, name: str) -> timedelta:
     if not 0 <= seconds <= MAX_BACKOFF_SECONDS:
         raise InvalidTaskError(f"{name} {value!r} is out of range (0 to 30 days)")
     return timedelta(seconds=seconds)
+
+
+# A handler's own retry rule: (attempt, error) -> the wait before the next attempt (seconds
+# or a timedelta), or None to give up (the task goes to the DEAD lane at once).
+RetryDecision = Callable[[int, BaseException], "float | timedelta | None"]
+
+
+def pick_delay(delays: Sequence[timedelta], attempt: int) -> timedelta:
+    """The wait after failed attempt `attempt` (1-based) in an explicit schedule: its
+    element, or the last one for attempts past its end."""
+    return delays[min(max(attempt, 1), len(delays)) - 1]
+
+
+@dataclass(frozen=True)
+class RetrySchedule:
+    """What follows a failed attempt, in this order: the task's own `retry_delays` (set when
+    it was scheduled), the handler's explicit list or its function, else its policy."""
+
+    policy: RetryPolicy = RetryPolicy()
+    delays: tuple[timedelta, ...] | None = None
+    decide: RetryDecision | None = None
+
+    @classmethod
+    def of(
+        cls,
+        retry: RetryPolicy | None,
+        retry_delays: Sequence[float | timedelta] | RetryDecision | None,
+        what: str = "the handler",
+    ) -> RetrySchedule:
+        """A handler's schedule from `retry=` and `retry_delays=` (one of them at most)."""
+        if retry is not None and retry_delays is not None:
+            raise InvalidTaskError(
+                f"{what}: give retry= (a RetryPolicy) or retry_delays= (a list or a function), "
+                "not both"
+            )
+        policy = retry or RetryPolicy()
+        if retry_delays is None:
+            return cls(policy)
+        if callable(retry_delays):
+            return cls(policy, decide=retry_delays)
+        return cls(policy, delays=tuple(retry_delay_list(retry_delays)))
+
+    def delay(
+        self,
+        attempt: int,
+        error: BaseException,
+        task_delays: Sequence[timedelta] | None = None,
+    ) -> timedelta | None:
+        """The wait after failed attempt `attempt`, or None: give up. A function that raises
+        or returns what is not a delay raises (InvalidTaskError for a bad value)."""
+        if task_delays:
+            return pick_delay(task_delays, attempt)
+        if self.delays is not None:
+            return pick_delay(self.delays, attempt)
+        if self.decide is not None:
+            value = self.decide(attempt, error)
+            if value is None:
+                return None
+            return _delay(value, f"retry_delays({attempt}, ...) returned")
+        return self.policy.delay(attempt)

@@ -35,7 +35,7 @@ from pgsched.observability.logs import (
     task_fields,
 )
 from pgsched.queries import query
-from pgsched.retry import RetryPolicy
+from pgsched.retry import RetryPolicy, RetrySchedule
 from pgsched.tasks import TaskRow, describe_task
 from pgsched.worker.handler_processes import (
     HandlerProcessDied,
@@ -85,13 +85,34 @@ def result_json(value: Any) -> str | None:
 
 def retry_outcome(
     task: TaskRow,
-    policy: RetryPolicy,
+    rule: RetryPolicy | RetrySchedule,
     error: str,
     cls: str | None = None,
     shown: str | None = None,
+    exc: BaseException | None = None,
 ) -> Outcome:
-    delay = policy.delay(task.attempt)
+    """A failed attempt: retried after the task's own retry_delays, else its handler's
+    schedule or policy; FAILED (the DEAD lane) when a handler's function gives up."""
+    schedule = rule if isinstance(rule, RetrySchedule) else RetrySchedule(rule)
     cls = cls or error_class(error)
+    try:
+        delay = schedule.delay(
+            task.attempt, exc if exc is not None else RuntimeError(error), task.retry_delays
+        )
+    except Exception as bad:
+        # The handler's own function failed: the policy decides, and the log says why.
+        log.error(
+            "task %s: its handler's retry_delays function failed (%s); its retry policy "
+            "decides instead",
+            task.id,
+            describe(bad).splitlines()[0],
+            extra=task_fields(task, error_class=error_class(bad)),
+        )
+        delay = schedule.policy.delay(task.attempt)
+    if delay is None:
+        error = f"given up by the handler's retry_delays after attempt {task.attempt}: {error}"
+        log_attempt_failed(task, "FAILED", error, cls, None, shown)
+        return Outcome(task.id, task.lease_token, "FAILED", error)
     log_attempt_failed(task, "RETRY", error, cls, delay.total_seconds(), shown)
     return Outcome(task.id, task.lease_token, "RETRY", error, delay)
 
@@ -338,7 +359,14 @@ class TaskRunner:
             exc,
             extra=task_fields(task, error_class=error_class(exc)),
         )
-        self._record(retry_outcome(task, registration.retry, f"no {what}: " + describe(exc)))
+        self._record(
+            retry_outcome(
+                task,
+                registration.schedule or registration.retry,
+                f"no {what}: " + describe(exc),
+                exc=exc,
+            )
+        )
 
     async def _run_transactional(
         self, registration: Registration, task: TaskRow, cancel: CancelFlag
@@ -384,7 +412,12 @@ class TaskRunner:
                 extra=task_fields(task, error_class=error_class(failure)),
             )
             self._record(
-                retry_outcome(task, registration.retry, "commit failed: " + describe(failure))
+                retry_outcome(
+                    task,
+                    registration.schedule or registration.retry,
+                    "commit failed: " + describe(failure),
+                    exc=failure,
+                )
             )
         elif committed:
             self._written(task.id)
@@ -441,7 +474,11 @@ class TaskRunner:
                 exc,
                 extra=task_fields(task, error_class=error_class(exc)),
             )
-            self._record(retry_outcome(task, registration.retry, describe(exc)))
+            self._record(
+                retry_outcome(
+                    task, registration.schedule or registration.retry, describe(exc), exc=exc
+                )
+            )
             return False
         applied = bool(rows and rows[0][1])
         if not applied:
@@ -518,10 +555,17 @@ class TaskRunner:
                 if child is not None:
                     # Stopped for real: nothing of it runs on.
                     error += " (its handler process was killed)"
-                return retry_outcome(task, registration.retry, error, "timeout")
+                return retry_outcome(
+                    task, registration.schedule or registration.retry, error, "timeout", exc=exc
+                )
             # Any other error (a client library's own TimeoutError too): a failed attempt.
             return retry_outcome(
-                task, registration.retry, describe(exc), error_class(exc), repr(exc)
+                task,
+                registration.schedule or registration.retry,
+                describe(exc),
+                error_class(exc),
+                repr(exc),
+                exc,
             )
         ctx.cancel_flag.work_done = True
         try:
@@ -568,7 +612,9 @@ class TaskRunner:
                 f"of its handler (max_snoozes={registration.max_snoozes}): counted as a failed "
                 "attempt"
             )
-            return retry_outcome(task, registration.retry, error, "snooze_cap")
+            return retry_outcome(
+                task, registration.schedule or registration.retry, error, "snooze_cap"
+            )
         log.info(
             "%s: %s",
             describe_task(task),

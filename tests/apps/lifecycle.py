@@ -51,3 +51,31 @@ app.register(
 @app.handler("snooze_bad", retry=QUICK_RETRY)
 def snooze_bad(ctx: TaskContext) -> None:
     ctx.snooze(-5)
+
+
+# -- retry schedules -----------------------------------------------------------------------
+
+
+def always_fails(ctx: TaskContext) -> None:
+    if ctx.payload.get("permanent"):
+        raise ValueError("permanent: the account is closed")
+    raise RuntimeError("flaky: the service is warming up")
+
+
+def permanent_gives_up(attempt: int, error: BaseException) -> float | None:
+    """Give up on a permanent error; else wait 0.1 s per attempt so far."""
+    if "permanent" in str(error):
+        return None
+    return attempt * 0.1
+
+
+def broken_rule(attempt: int, error: BaseException) -> float | None:
+    raise KeyError("no rule for this error")
+
+
+app.register("retry_listed", always_fails, retry_delays=[0.2, 1.5])
+app.register("retry_decided", always_fails, retry_delays=permanent_gives_up)
+app.register(
+    "retry_decided_process", always_fails, retry_delays=permanent_gives_up, isolation="process"
+)
+app.register("retry_broken_rule", always_fails, retry_delays=broken_rule)

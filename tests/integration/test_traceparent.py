@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -109,3 +112,19 @@ def test_retry_delays_are_stored_and_claimed(db_dsn: str, conn: psycopg.Connecti
             conn.execute(f"SELECT pgsched.schedule_task('a', retry_delays => {bad})")
     with pytest.raises(InvalidTaskError, match=r"retry_delays\[2\] -1 is out of range"):
         App(db_dsn).schedule("a", retry_delays=[1, -1])
+
+
+def test_the_cli_takes_retry_delays(db_env: dict[str, str], conn: psycopg.Connection) -> None:
+    pgsched = str(Path(sys.executable).with_name("pgsched"))
+    argv = [pgsched, "schedule", "a", "--retry-delays", "1,10s,2m"]
+    made = subprocess.run(argv, env=db_env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert conn.execute("SELECT retry_delays FROM pgsched.tasks").fetchall() == [
+        ([timedelta(seconds=1), timedelta(seconds=10), timedelta(minutes=2)],)
+    ]
+    for bad in ("1,soon", "1,-5"):
+        argv = [pgsched, "schedule", "a", "--retry-delays", bad]
+        refused = subprocess.run(argv, env=db_env, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "--retry-delays" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (1,)
