@@ -31,6 +31,30 @@ from pgsched.errors import InvalidTaskError, TaskCancelledError
 from pgsched.retry import RetryDecision, RetryPolicy, RetrySchedule
 from pgsched.tasks import TaskRow as TaskRow  # re-exported: handlers receive it
 
+MAX_PROGRESS_NOTE_CHARS = 1000
+
+# (task_id, fraction, note): where a context's progress reports go.
+ProgressSink = Callable[[int, float, "str | None"], None]
+
+
+def progress_checked(fraction: object, note: object) -> tuple[float, str | None]:
+    """A progress report as it is stored, or ValueError/TypeError naming what is wrong."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise TypeError(f"progress takes a fraction from 0 to 1, got {fraction!r}")
+    value = float(fraction)
+    # Written so that NaN fails the check too.
+    if not 0 <= value <= 1:
+        raise ValueError(f"progress {fraction!r} is out of range (a fraction from 0 to 1)")
+    if note is not None:
+        if not isinstance(note, str):
+            raise TypeError(f"a progress note is text, got {type(note).__name__}")
+        if len(note) > MAX_PROGRESS_NOTE_CHARS:
+            raise ValueError(
+                f"a progress note holds at most {MAX_PROGRESS_NOTE_CHARS} characters, "
+                f"got {len(note)}"
+            )
+    return value, note
+
 
 MAX_SNOOZE_SECONDS = 30 * 24 * 3600  # the longest snooze: 30 days, as a retry's wait
 DEFAULT_MAX_SNOOZES = 100  # a handler's cap on snoozes per task (`max_snoozes=`)
@@ -126,13 +150,17 @@ class TaskContext:
         connection: Any = None,
         dsn: str | None = None,
         cancel: CancelFlag | None = None,
+        progress: ProgressSink | None = None,
     ) -> None:
         self.task = task
         self.worker_id = worker_id
         self.dsn = dsn
         self.cancel_flag = cancel if cancel is not None else CancelFlag()
         self._connection = connection
+        self._progress = progress
         self.state: dict[str, Any] = {}
+        # The latest ctx.progress of this run: (fraction, note).
+        self.last_progress: tuple[float, str | None] | None = None
 
     # Made on first use: most handlers never log, and a logger lookup and an adapter per
     # task are a good part of a no-op task's cost.
@@ -170,6 +198,16 @@ class TaskContext:
         the work is done, and the task completes. An async handler is stopped for it by
         `asyncio.CancelledError`."""
         return self.cancel_flag.is_set()
+
+    def progress(self, fraction: float, note: str | None = None) -> None:
+        """Report how far the task got: a fraction from 0 to 1 and an optional note (at
+        most 1000 characters). Call it as often as you like: only the latest value is
+        kept, and the worker writes it at most once a second (`pgsched show`, the
+        dashboard, `pgsched.task_progress(id)`). Never blocks on the database."""
+        value, text = progress_checked(fraction, note)
+        self.last_progress = (value, text)
+        if self._progress is not None:
+            self._progress(self.task.id, value, text)
 
     def snooze(self, delay: float | timedelta, reason: str | None = None) -> NoReturn:
         """Put the task back to be due after `delay` (seconds or a timedelta, 0 to 30 days)

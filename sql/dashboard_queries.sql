@@ -461,8 +461,12 @@ SELECT
     t.created_at,
     t.updated_at,
     t.payload::text AS payload,
-    t.metadata::text AS metadata
+    t.metadata::text AS metadata,
+    p.fraction AS progress,
+    p.note AS progress_note,
+    p.updated_at AS progress_at
 FROM pgsched.tasks AS t
+LEFT JOIN pgsched.task_progress AS p ON t.id = p.task_id
 WHERE t.id = %(task_id)s;
 
 -- name: dashboard_task_events

@@ -189,6 +189,12 @@ FROM pgsched.task_finish_many(
     results => %(results)b::text[]::jsonb[]
 );
 
+-- name: task_progress_set_many
+-- The latest ctx.progress of a lane's tasks, at most once a second (pgsched/worker/progress.py).
+SELECT pgsched.task_progress_set_many(
+    %(task_ids)s::bigint[], %(fractions)s::real[], %(notes)s::text[]
+) AS written;
+
 -- name: task_heartbeat_many
 SELECT task_id
 FROM pgsched.task_heartbeat_many(
@@ -568,8 +574,12 @@ SELECT
     t.on_parent_failure,
     t.payload,
     t.metadata,
-    t.result
+    t.result,
+    p.fraction AS progress,
+    p.note AS progress_note,
+    p.updated_at AS progress_at
 FROM pgsched.tasks AS t
+LEFT JOIN pgsched.task_progress AS p ON t.id = p.task_id
 WHERE t.id = %(task_id)s;
 
 -- name: task_exists

@@ -70,6 +70,8 @@ def render_task(task: dict[str, Any]) -> str:
     for key, value in task.items():
         if key in ("payload", "metadata") or (key == "result" and value is not None):
             text = json.dumps(value, sort_keys=True)
+        elif key == "progress" and value is not None:
+            text = f"{value:.0%}"  # the fraction as a percentage; its note and time follow
         else:
             text = "-" if value is None else str(value)
         lines.append(f"{key.ljust(width)}  {text}")

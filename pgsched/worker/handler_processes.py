@@ -40,8 +40,9 @@ import traceback
 from typing import Any
 
 from pgsched.errors import ConfigError
-from pgsched.handlers import CancelFlag, Registration, Snooze, TaskContext
+from pgsched.handlers import CancelFlag, ProgressSink, Registration, Snooze, TaskContext
 from pgsched.tasks import TaskRow
+from pgsched.worker.progress import ChildProgress
 
 log = logging.getLogger("pgsched.worker.handler_processes")
 
@@ -193,11 +194,13 @@ def _child_main(conn: multiprocessing.connection.Connection, level: str, log_for
     threading.Thread(target=read, name="pgsched-handler-inbox", daemon=True).start()
     handler: Any = None
     ctx: TaskContext | None = None
+    # ctx.progress reaches the worker over the pipe, throttled (pgsched/worker/progress.py).
+    progress = ChildProgress(conn.send)
     while True:
         (_, name, opening, _), flag = inbox.get()
         if opening is not None:
             handler, task, worker_id, dsn = opening
-            ctx = TaskContext(task, worker_id, dsn=dsn, cancel=flag)
+            ctx = TaskContext(task, worker_id, dsn=dsn, cancel=flag, progress=progress.report)
         assert ctx is not None
         reply: tuple[Any, ...]
         try:
@@ -208,6 +211,7 @@ def _child_main(conn: multiprocessing.connection.Connection, level: str, log_for
             reply = ("raised", type(exc).__name__, _describe(exc), repr(exc))
         else:
             reply = ("ok", _encoded(returned) if name == "execute" else None)
+        progress.flush()
         conn.send(reply)
 
 
@@ -337,8 +341,10 @@ class ProcessRun:
         task: TaskRow,
         opening: tuple[Any, ...],
         cancel: CancelFlag,
+        progress: ProgressSink | None = None,
     ) -> None:
         self._pool = pool
+        self._progress = progress
         self._child = child
         self._task = task
         # Sent with the first step: the process learns of the task and runs it in one go.
@@ -355,9 +361,11 @@ class ProcessRun:
         worker_id: str,
         dsn: str | None,
         cancel: CancelFlag,
+        progress: ProgressSink | None = None,
     ) -> ProcessRun:
         child = await pool.acquire()
-        run = cls(pool, child, task, (registration.handler, task, worker_id, dsn), cancel)
+        opening = (registration.handler, task, worker_id, dsn)
+        run = cls(pool, child, task, opening, cancel, progress)
         cancel.in_process = True
         # A cancel request reaches the handler as ctx.cancelled in its process.
         cancel.on_set = run._forward_cancel
@@ -376,6 +384,11 @@ class ProcessRun:
             child.send(("step", name, self._opening, self._cancel.is_set()))
             self._opening = None
             reply = await child.receive()
+            while reply[0] == "progress":
+                # ctx.progress in the process, on its way to the lane's writer.
+                if self._progress is not None:
+                    self._progress(reply[1], reply[2], reply[3])
+                reply = await child.receive()
         except asyncio.CancelledError:
             # The timeout, a cancel past its grace, a lost lease, shutdown: stop it for real.
             self.kill()

@@ -45,6 +45,7 @@ from pgsched.worker.handler_processes import (
     ProcessRun,
 )
 from pgsched.worker.outcomes import Outcome, finish_params
+from pgsched.worker.progress import ProgressWriter
 from pgsched.worker.threads import RaisedInThread, running_task
 
 log = logging.getLogger("pgsched.worker.runner")
@@ -189,6 +190,10 @@ class ConnectionSource:
         self._giving_back.add(giving_back)
         giving_back.add_done_callback(self._giving_back.discard)
 
+    def progress_writer(self) -> ProgressWriter:
+        """A writer of ctx.progress reports on this pool (pgsched/worker/progress.py)."""
+        return ProgressWriter(self._async_pool)
+
     async def run_one(self, name: str, params: dict[str, Any]) -> Any:
         """Run one named statement in its own short transaction; returns the first column."""
         async with self._async_pool.connection() as conn:
@@ -249,6 +254,13 @@ class TaskRunner:
         self._record = tracing.recording(record)
         self._written = written
         self._connections = connections
+        # ctx.progress reports, written in batches on this runner's loop (bound at the first
+        # run); a runner without a pool of its own keeps them on the context only.
+        self._writer = (
+            connections.progress_writer() if isinstance(connections, ConnectionSource) else None
+        )
+        self._progress = None if self._writer is None else self._writer.report
+        self._bound = self._writer is None
 
     async def run(self, task: TaskRow, cancel: CancelFlag | None = None) -> None:
         """Run `task` to exactly one outcome, whatever fails on the way. `cancel` is set
@@ -257,6 +269,10 @@ class TaskRunner:
             await self._run_once(task, cancel)
 
     async def _run_once(self, task: TaskRow, cancel: CancelFlag | None) -> None:
+        if not self._bound:
+            assert self._writer is not None
+            self._writer.bind(asyncio.get_running_loop())
+            self._bound = True
         running_task.set(task)
         attempt_started.set(time.monotonic())
         cancel = cancel if cancel is not None else CancelFlag()
@@ -325,7 +341,9 @@ class TaskRunner:
             await self._run_in_process(registration, task, cancel)
             return
         if not registration.transactional:
-            ctx = TaskContext(task, self._worker_id, dsn=self._dsn, cancel=cancel)
+            ctx = TaskContext(
+                task, self._worker_id, dsn=self._dsn, cancel=cancel, progress=self._progress
+            )
             self._record(await self._lifecycle(registration, ctx))
             return
         await self._run_transactional(registration, task, cancel)
@@ -336,13 +354,21 @@ class TaskRunner:
         assert self._processes is not None
         try:
             child = await ProcessRun.start(
-                self._processes, registration, task, self._worker_id, self._dsn, cancel
+                self._processes,
+                registration,
+                task,
+                self._worker_id,
+                self._dsn,
+                cancel,
+                self._progress,
             )
         except Exception as exc:
             self._retry_for_want_of("handler process", task, registration, exc)
             return
         try:
-            ctx = TaskContext(task, self._worker_id, dsn=self._dsn, cancel=cancel)
+            ctx = TaskContext(
+                task, self._worker_id, dsn=self._dsn, cancel=cancel, progress=self._progress
+            )
             outcome = await self._lifecycle(registration, ctx, child)
         finally:
             child.end()
@@ -394,7 +420,9 @@ class TaskRunner:
             return
         committed = False
         try:
-            ctx = TaskContext(task, self._worker_id, conn, dsn=self._dsn, cancel=cancel)
+            ctx = TaskContext(
+                task, self._worker_id, conn, dsn=self._dsn, cancel=cancel, progress=self._progress
+            )
             outcome = await self._lifecycle(registration, ctx)
             if outcome.outcome == "COMPLETED":
                 committed = await self._complete_in(conn, registration, task, outcome)

@@ -64,6 +64,15 @@ BEGIN
     GET DIAGNOSTICS n_windows = ROW_COUNT;
     n_keys := n_keys + n_windows;
 
+    -- Progress last reported before the cutoff (not counted).
+    WITH old AS (
+        SELECT p.task_id FROM pgsched.task_progress AS p
+         WHERE p.updated_at < cutoff
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.task_progress AS p USING old
+     WHERE p.task_id = old.task_id AND p.updated_at < cutoff;
+
     WITH old AS (
         SELECT o.schedule_id, o.fire_at FROM pgsched.schedule_occurrences AS o
          WHERE o.created_at < cutoff
@@ -90,7 +99,7 @@ BEGIN
     RETURN QUERY SELECT n_tasks, 0::bigint, n_keys, n_occurrences, n_ledger;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.retention_prune(interval, integer, timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys and ended unique_for or debounce windows, occurrences and ledger rows no longer used) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
+COMMENT ON FUNCTION pgsched.retention_prune(interval, integer, timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys and ended unique_for or debounce windows, progress reports, occurrences and ledger rows no longer used) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
 REVOKE ALL ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) TO pgsched_worker, pgsched_admin;
 

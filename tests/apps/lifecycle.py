@@ -79,3 +79,39 @@ app.register(
     "retry_decided_process", always_fails, retry_delays=permanent_gives_up, isolation="process"
 )
 app.register("retry_broken_rule", always_fails, retry_delays=broken_rule)
+
+
+# -- progress ------------------------------------------------------------------------------
+
+
+def busy_progress(ctx: TaskContext) -> None:
+    """Reports progress in a tight loop for payload seconds (every call a report), then
+    its last one: 1.0, 'done'."""
+    import time
+
+    seconds = ctx.payload.get("seconds", 2.5)
+    start = time.monotonic()
+    calls = 0
+    while (spent := time.monotonic() - start) < seconds:
+        ctx.progress(min(spent / seconds, 0.99), f"call {calls}")
+        calls += 1
+    ctx.progress(1.0, f"done after {calls + 1} calls")
+
+
+app.register("progress_thread", busy_progress)
+app.register("progress_process", busy_progress, isolation="process")
+
+
+@app.handler("progress_async")
+async def progress_async(ctx: TaskContext) -> None:
+    import asyncio
+
+    for step in range(200):
+        ctx.progress(step / 200, f"step {step}")
+        await asyncio.sleep(0.01)
+    ctx.progress(1.0, "done after 201 calls")
+
+
+@app.handler("progress_bad", retry=QUICK_RETRY)
+def progress_bad(ctx: TaskContext) -> None:
+    ctx.progress(1.5)
