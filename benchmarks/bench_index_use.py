@@ -356,6 +356,24 @@ FIXED: dict[str, dict[str, Any]] = {
     "schedule_arm": {"fire_at": "@in_an_hour"},
     "tenant_add": {"tenant_id": "tenant_new", "product": "shop"},
     "limit_set": {"max_processing": 10},
+    "task_schedule_workflow": {
+        "steps": Jsonb(
+            [
+                {"name": "a", "task_type": "type_3", "payload": {}, "after": []},
+                {"name": "b", "task_type": "type_4", "payload": {}, "after": ["a"]},
+            ]
+        )
+    },
+    "task_schedule_batch": {
+        "task_types": ["type_3", "type_3"],
+        "payloads": [Jsonb({}), Jsonb({})],
+        "on_complete_type": "type_4",
+        "on_complete_payload": Jsonb({}),
+        "priorities": [5, 5],
+        "max_attempts": [3, 3],
+        "lanes": [None, None],
+        "metadatas": [Jsonb({}), Jsonb({})],
+    },
 }
 # Statements that act on leased tasks: a claim runs first, in the same transaction.
 NEEDS_LEASES = {
