@@ -37,6 +37,8 @@ What is reported (a table, and JSON):
                  preloads it); and the claims over 50 ms in the server log
                  (log_min_duration_statement = 50ms); target: none over 50 ms
   worker memory  each worker process' RSS, sampled every 0.5 s, and its VmHWM at the end
+  cpu            cores used by the workers, by Postgres and by everything else on the
+                 machine, from the sweeper's start to the last completion
   lock waits     every 50 ms, the workers' backends waiting on a lock (pg_stat_activity
                  wait_event_type = 'Lock'), and who blocks them (pg_blocking_pids): a
                  claim blocked by the sweeper's promotion shows here; target: none
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import os
 import re
 import sys
 import tempfile
@@ -277,6 +280,8 @@ def run(
         sampler.start()
         with psycopg.connect(dsn, autocommit=True) as conn:
             sweeper_started: datetime = measure.one(conn, "SELECT clock_timestamp()")
+        meter = measure.CpuMeter(workers.pids, measure.postmaster_pid(dsn))
+        meter.begin()
         sweeper.start()
         producer.start()
         measure.step(f"sweeper and HIGH producer ({high_rate:g}/s) started; due in {slack:.0f} s")
@@ -302,7 +307,7 @@ def run(
                     if not left:
                         promoted_at = measure.one(conn, "SELECT clock_timestamp()")
                     else:
-                        time.sleep(0.1)
+                        time.sleep(0.25)
                         continue
                 if events_seq(conn) - seq_start >= need:
                     done = int(
@@ -316,6 +321,9 @@ def run(
                         break
                 time.sleep(1.0)
         result["finished"] = done >= n
+        # Cores used from the sweeper's start to the last completion: the workers, the
+        # server, and everything else on the machine (the producer, the samplers, others).
+        result["cpu"] = meter.end()
         measure.note(f"{done:,}/{n:,} completed")
         time.sleep(1.0)  # the last HIGH tasks of the burst run
     finally:
@@ -554,6 +562,13 @@ def table(r: dict[str, Any]) -> str:
             "longest claim statement",
             s(longest and round(longest, 1), "ms"),
             f"{slow.get('claims_over_50ms', 'n/a')} claims over 50 ms in the server log",
+        ),
+        (
+            "cores used: workers / Postgres / the rest",
+            "{} / {} / {}".format(
+                r["cpu"]["clients_cores"], r["cpu"]["postgres_cores"], r["cpu"]["other_cores"]
+            ),
+            f"over {s(r['cpu']['span_s'])}, of {os.cpu_count()} cores",
         ),
         ("worker memory (peak RSS, VmHWM)", s(rss, "MiB"), "largest of the processes"),
         (
