@@ -392,6 +392,8 @@ NEEDS_LEASES = {
 # reads one row of sweep_leader, no table measured here).
 SKIP = {"listen_recurring", "sweep_leader_fence"}
 SHIPPED_FILES = ("queries.sql", "dashboard_queries.sql")
+# A sequential scan of a relation holding more rows than this is listed in the report.
+BIG_SCAN_ROWS = 10_000
 
 
 def shipped_statement_names() -> set[str]:
@@ -533,6 +535,19 @@ def statement_uses(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
             except psycopg.Error as exc:
                 entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             results.append(entry)
+    # What a sequential scan costs: the relation's rows (an empty period costs nothing).
+    rows = dict(
+        conn.execute(
+            "SELECT c.relname, c.reltuples::bigint FROM pg_class AS c"
+            " JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = 'pgsched'"
+        ).fetchall()
+    )
+    for entry in results:
+        entry["big_seq_scans"] = {
+            rel: int(rows[rel])
+            for rel in entry.get("seq_scans", [])
+            if rows.get(rel, 0) > BIG_SCAN_ROWS
+        }
     return results
 
 
@@ -764,7 +779,10 @@ def fmt_bytes(n: int) -> str:
 
 
 def markdown(
-    rows: list[dict[str, Any]], phases: list[dict[str, Any]], seeded: dict[str, int]
+    rows: list[dict[str, Any]],
+    phases: list[dict[str, Any]],
+    seeded: dict[str, int],
+    uses: list[dict[str, Any]],
 ) -> str:
     def per(d: dict[str, float], label: str) -> str:
         v = d.get(label)
@@ -787,6 +805,22 @@ def markdown(
             f" {per(r['drain_insertions'], 'plain')} | {per(r['drain_insertions'], 'keyed')} |"
             f" {per(r['drain_buffers'], 'plain')} |"
         )
+    scans = [u for u in uses if u.get("big_seq_scans")]
+    lines += [
+        "",
+        f"Statements whose plans read a relation of more than {BIG_SCAN_ROWS:,} rows"
+        " sequentially:" + ("" if scans else " none."),
+        "",
+    ]
+    lines += [
+        f"- {u['statement']}: "
+        + ", ".join(f"{rel} ({n:,} rows)" for rel, n in u["big_seq_scans"].items())
+        for u in scans
+    ]
+    refused = [u for u in uses if "error" in u]
+    if refused:
+        lines += ["", "Not planned (refused the benchmark's parameters):", ""]
+        lines += [f"- {u['statement']}: {u['error']}" for u in refused]
     for phase in phases:
         label = "keyed" if phase["keyed"] else "plain"
         lines += [
@@ -852,7 +886,7 @@ def run(dsn: str, finished: int, drain: int, processes: int) -> dict[str, Any]:
         "index_partitions": catalog,
         "statements": uses,
         "drains": phases,
-        "markdown": markdown(rows, phases, seeded),
+        "markdown": markdown(rows, phases, seeded, uses),
     }
 
 
