@@ -295,6 +295,34 @@ SELECT
     overdue
 FROM pgsched.task_wake_overdue(%(older_than)s, %(now)s);
 
+-- name: deadline_sweep
+SELECT
+    task_id,
+    tenant_id,
+    task_type,
+    status::text AS status,
+    complete_by,
+    outcome,
+    schedule_id,
+    callback_task_id
+FROM pgsched.deadline_sweep(%(max_tasks)s, %(now)s);
+
+-- name: deadline_misses_recent
+-- The misses whose deadline fell in the last `within` (tasks_deadline_missed_idx), newest
+-- first, with the total.
+SELECT
+    task_id,
+    tenant_id,
+    task_type,
+    complete_by,
+    status::text AS status,
+    schedule_id,
+    count(*) OVER () AS total
+FROM pgsched.deadline_misses
+WHERE complete_by >= now() - %(within)s::interval
+ORDER BY complete_by DESC
+LIMIT %(max_rows)s;
+
 -- name: lease_rescue_all
 SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s, %(now)s) AS rescued;
 
