@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from tests.support.citus_cluster import CitusCluster, citus_missing
+from tests.support.citus_cluster import CitusCluster, citus_missing, dbname_of
 from tests.support.paths import REPO_ROOT
 from tests.support.worker_helpers import PGSCHED
 
@@ -73,7 +73,7 @@ def db_dsn(citus: CitusCluster) -> Iterator[str]:
     )
     assert done.returncode == 0, f"pgsched migrate failed:\n{done.stdout}\n{done.stderr}"
     yield dsn
-    citus.drop_database(conninfo_to_dict(dsn)["dbname"])
+    citus.drop_database(dbname_of(dsn))
 
 
 @pytest.fixture

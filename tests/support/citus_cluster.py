@@ -20,6 +20,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from pgsched.embedded import find_bindir
 from tests.support.chaos_harness import Cluster
@@ -42,6 +43,11 @@ CITUS_SETTINGS = [
     # Nodes on one machine: no SSL between them.
     "citus.node_conninfo='sslmode=disable'",
 ]
+
+
+def dbname_of(dsn: str) -> str:
+    """The database a conninfo names."""
+    return str(conninfo_to_dict(dsn)["dbname"])
 
 
 def pkglibdir() -> Path:
