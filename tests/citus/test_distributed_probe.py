@@ -237,6 +237,39 @@ def test_a_claim_skips_rows_another_session_holds(
     assert claim(pconn, "claim-b", 3) == ids[:1]
 
 
+def test_a_worker_pass_claims_tenant_by_tenant_over_every_node(
+    citus: CitusCluster, pconn: psycopg.Connection
+) -> None:
+    """The design's claim loop: a lock-free read of the tenants with due work (across
+    every shard), then a router claim per tenant in turn, a share of the batch each."""
+    tenants = [f"pass-{i}" for i in range(8)]
+    for tenant in tenants:
+        queue_tasks(pconn, tenant, 3)
+    assert {shard_port(pconn, t) for t in tenants} == {w.port for w in citus.workers}
+    due = pconn.execute(
+        "SELECT tenant_id, count(*) FROM probe.tasks WHERE status = 'QUEUED'"
+        " AND lane = 'NORMAL' AND next_run_at <= now() AND tenant_id LIKE 'pass-%'"
+        " GROUP BY tenant_id ORDER BY tenant_id"
+    ).fetchall()
+    assert due == [(t, 3) for t in tenants]
+    # One pass: one task from each tenant, whichever node holds it.
+    for tenant, _ in due:
+        assert len(claim(pconn, tenant, 1, worker="pass")) == 1
+    per_tenant = pconn.execute(
+        "SELECT tenant_id, count(*) FILTER (WHERE status = 'PROCESSING'),"
+        " count(*) FILTER (WHERE status = 'QUEUED') FROM probe.tasks"
+        " WHERE tenant_id LIKE 'pass-%' GROUP BY tenant_id ORDER BY tenant_id"
+    ).fetchall()
+    assert per_tenant == [(t, 1, 2) for t in tenants]
+    written_on = {
+        r[0]
+        for r in pconn.execute(
+            "SELECT DISTINCT detail FROM probe.task_events WHERE worker = 'pass'"
+        ).fetchall()
+    }
+    assert written_on == {f"port {w.port}" for w in citus.workers}
+
+
 def test_a_finish_and_its_event_commit_or_roll_back_together(
     pconn: psycopg.Connection,
 ) -> None:
