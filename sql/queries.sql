@@ -45,7 +45,9 @@ FROM pgsched.schedule_task_ex(
     traceparent => %(traceparent)s,
     retry_delays => %(retry_delays)s,
     depends_on => %(depends_on)s::bigint[],
-    on_parent_failure => %(on_parent_failure)s
+    on_parent_failure => %(on_parent_failure)s,
+    complete_by => %(complete_by)s::timestamptz,
+    deadline_callback => %(deadline_callback)s
 ) AS s;
 
 -- name: task_cancel
@@ -246,7 +248,9 @@ SELECT pgsched.schedule_recurring(
     catch_up_limit => %(catch_up_limit)s,
     first_fire_at => %(first_fire_at)s,
     scope => %(scope)s,
-    product => %(product)s
+    product => %(product)s,
+    complete_within => %(complete_within)s::interval,
+    deadline_callback => %(deadline_callback)s
 ) AS schedule_id;
 
 -- name: schedules_unarmed

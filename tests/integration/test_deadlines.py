@@ -282,3 +282,43 @@ def test_status_and_the_dashboard_show_the_misses(
     assert page.status_code == 200
     assert "missed in the last 24 hours: <strong>1</strong>" in page.text
     assert f'data-task-id="{task}"' in page.text
+
+
+def test_app_schedules_with_a_deadline_and_a_schedule_with_complete_within(
+    conn: psycopg.Connection, db_dsn: str
+) -> None:
+    from pgsched import App
+    from pgsched.errors import InvalidTaskError
+
+    app = App(db_dsn)
+    t0 = now(conn)
+    task = app.schedule(
+        "export", tenant_id="acme", complete_by=t0 + timedelta(hours=1), deadline_callback="late"
+    )
+    row = conn.execute(
+        "SELECT complete_by, deadline_callback FROM pgsched.tasks WHERE id = %s", (int(task),)
+    ).fetchone()
+    assert row == (t0 + timedelta(hours=1), "late")
+    with pytest.raises(InvalidTaskError, match="must be after the task is due"):
+        app.schedule("export", run_at=t0 + timedelta(hours=2), complete_by=t0 + timedelta(hours=1))
+    with pytest.raises(InvalidTaskError, match="deadline_callback needs complete_by"):
+        app.schedule("export", deadline_callback="late")
+    schedule_id = app.schedule_recurring(
+        "report",
+        "0 9 * * *",
+        timezone="Europe/Berlin",
+        tenant_id="acme",
+        complete_within=1800,
+        deadline_callback="late",
+    )
+    armed = conn.execute(
+        "SELECT t.complete_by - t.next_run_at, s.complete_within FROM pgsched.tasks AS t"
+        " JOIN pgsched.schedules AS s ON s.id = t.schedule_id WHERE s.id = %s",
+        (schedule_id,),
+    ).fetchone()
+    assert armed == (timedelta(minutes=30), timedelta(minutes=30))
+    with pytest.raises(InvalidTaskError, match="complete_within"):
+        app.schedule_recurring("report", "0 9 * * *", complete_within=-5)
+    with pytest.raises(InvalidTaskError, match="complete_within: seconds or a timedelta"):
+        app.schedule_recurring("report", "0 9 * * *", complete_within="soon")  # type: ignore[typeddict-item]
+    assert conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (2,)
