@@ -100,7 +100,10 @@ BEGIN
                    ELSE 'promoted into the hot window'
                END,
                updated_at = t
-         WHERE tk.id = ANY (due) AND tk.status = 'PENDING' AND tk.waiting_for IS NULL
+         -- Not "AND waiting_for IS NULL": the rows are locked as found, so nothing changed
+         -- it, and with that predicate stale statistics pick the promotable index over the
+         -- primary key and read the whole cold tier.
+         WHERE tk.id = ANY (due) AND tk.status = 'PENDING'
         RETURNING tk.lane, tk.next_run_at
     )
     SELECT count(*),
