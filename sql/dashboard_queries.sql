@@ -189,22 +189,6 @@ FROM (
         )
 ) AS e;
 
--- name: dashboard_deadline_misses
--- Deadlines that fell in the last 24 hours and were missed (tasks_deadline_missed_idx),
--- newest first, with their total.
-SELECT
-    task_id,
-    tenant_id,
-    task_type,
-    complete_by AT TIME ZONE 'UTC' AS complete_by_utc,
-    status::text AS status,
-    schedule_id,
-    count(*) OVER () AS total
-FROM pgsched.deadline_misses
-WHERE complete_by >= now() - interval '24 hours'
-ORDER BY complete_by DESC
-LIMIT %(max_rows)s;
-
 -- name: dashboard_coming_due
 -- Tasks falling due in the next hour (not yet due): the due-time range of the cold tier's
 -- index and the hot tier, counted up to cap.
@@ -507,6 +491,32 @@ SELECT
     count(*) FILTER (WHERE e.id > %(after_id)s) AS rest
 FROM pgsched.task_events AS e
 WHERE e.task_id = %(task_id)s;
+
+-- name: dashboard_task_graph
+-- The workflow around a task: the tasks it waits for and that wait for it (at most 100 of
+-- each, by id), with how many there are in all; a batch's callback counts its members.
+SELECT
+    r.relation,
+    r.id,
+    r.task_type,
+    r.status,
+    r.met,
+    r.step,
+    r.total
+FROM (
+    SELECT
+        g.relation,
+        g.id,
+        g.task_type,
+        g.status::text AS status,
+        g.met,
+        g.step,
+        count(*) OVER (PARTITION BY g.relation) AS total,
+        row_number() OVER (PARTITION BY g.relation ORDER BY g.id) AS n
+    FROM pgsched.task_graph(%(task_id)s) AS g
+) AS r
+WHERE r.n <= 100
+ORDER BY r.relation DESC, r.id ASC;
 
 -- name: dashboard_task_outcomes
 -- Per-tenant outcomes of a fan-out parent: its children, one per tenant.

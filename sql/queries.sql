@@ -45,9 +45,7 @@ FROM pgsched.schedule_task_ex(
     traceparent => %(traceparent)s,
     retry_delays => %(retry_delays)s,
     depends_on => %(depends_on)s::bigint[],
-    on_parent_failure => %(on_parent_failure)s,
-    complete_by => %(complete_by)s::timestamptz,
-    deadline_callback => %(deadline_callback)s
+    on_parent_failure => %(on_parent_failure)s
 ) AS s;
 
 -- name: task_cancel
@@ -218,7 +216,8 @@ SELECT
     attempts,
     max_attempts,
     updated_at AS failed_at,
-    last_error
+    last_error,
+    holding_back
 FROM pgsched.lane_dead
 ORDER BY updated_at DESC, id DESC
 LIMIT %(max_rows)s;
@@ -248,9 +247,7 @@ SELECT pgsched.schedule_recurring(
     catch_up_limit => %(catch_up_limit)s,
     first_fire_at => %(first_fire_at)s,
     scope => %(scope)s,
-    product => %(product)s,
-    complete_within => %(complete_within)s::interval,
-    deadline_callback => %(deadline_callback)s
+    product => %(product)s
 ) AS schedule_id;
 
 -- name: schedules_unarmed
@@ -298,34 +295,6 @@ SELECT
     lane::text AS lane,
     overdue
 FROM pgsched.task_wake_overdue(%(older_than)s, %(now)s);
-
--- name: deadline_sweep
-SELECT
-    task_id,
-    tenant_id,
-    task_type,
-    status::text AS status,
-    complete_by,
-    outcome,
-    schedule_id,
-    callback_task_id
-FROM pgsched.deadline_sweep(%(max_tasks)s, %(now)s);
-
--- name: deadline_misses_recent
--- The misses whose deadline fell in the last `within` (tasks_deadline_missed_idx), newest
--- first, with the total.
-SELECT
-    task_id,
-    tenant_id,
-    task_type,
-    complete_by,
-    status::text AS status,
-    schedule_id,
-    count(*) OVER () AS total
-FROM pgsched.deadline_misses
-WHERE complete_by >= now() - %(within)s::interval
-ORDER BY complete_by DESC
-LIMIT %(max_rows)s;
 
 -- name: lease_rescue_all
 SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s, %(now)s) AS rescued;
@@ -753,6 +722,7 @@ SELECT
     max_attempts,
     updated_at AS failed_at,
     last_error,
+    holding_back,
     count(*) OVER () AS total
 FROM pgsched.lane_dead
 WHERE
@@ -1020,6 +990,22 @@ CROSS JOIN (  -- noqa: ST05
     SELECT (SELECT h.immediate_until FROM pgsched.tier_horizons() AS h) AS immediate_until
 ) AS z
 WHERE t.status = 'QUEUED' AND t.next_run_at > now();
+
+-- name: workflow_events_last
+-- Where the sweep leader's count of workflow transitions starts: the newest event now.
+SELECT coalesce(max(e.id), 0) AS last_id
+FROM pgsched.task_events AS e;
+
+-- name: workflow_events_since
+-- The workflow transitions written since event `after` (the sweep leader's last read):
+-- releases, holds and cascades, each an event naming the parent (task_dependencies_settle).
+SELECT
+    coalesce(max(e.id), %(after)s) AS last_id,
+    count(*) FILTER (WHERE e.detail LIKE 'released: parent task %%') AS released,
+    count(*) FILTER (WHERE e.detail LIKE 'held: parent task %%') AS held,
+    count(*) FILTER (WHERE e.detail LIKE 'cancelled: parent task %%') AS cascaded
+FROM pgsched.task_events AS e
+WHERE e.id > %(after)s;
 
 -- name: queue_cold_count
 SELECT count(*) AS cold

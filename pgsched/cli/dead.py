@@ -59,7 +59,15 @@ def dead_list(
         return
     for row in rows:
         row["last_error"] = first_line(row["last_error"], 80)
-    columns = ["id", "tenant_id", "task_type", "attempts", "failed_at", "last_error"]
+    columns = [
+        "id",
+        "tenant_id",
+        "task_type",
+        "attempts",
+        "failed_at",
+        "holding_back",
+        "last_error",
+    ]
     click.echo(render_table(rows, columns))
     shown = f"{page.offset + 1}-{page.offset + len(rows)}" if rows else "none"
     click.echo(f"{total} DEAD task(s) match; showing {shown}", err=True)

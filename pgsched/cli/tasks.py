@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 from pydantic import ValidationError
 
 from pgsched.app import App
@@ -398,7 +398,7 @@ def cancel(
 def status(state: CliState, check: bool, as_json: bool) -> None:
     """Per lane: cold, queued, due now, processing, dead, oldest lateness; then what is
     stuck: cold work due or coming due and schedules never armed with no sweeper leading,
-    expired leases, quarantined schedules; and the deadlines missed in the last 24 h."""
+    expired leases, quarantined schedules."""
     dsn = state.database()
     rows = App(dsn).lane_summary()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -414,8 +414,6 @@ def status(state: CliState, check: bool, as_json: bool) -> None:
         click.echo(f"sweeper leader: {describe_leader(leader) if leader else 'none'}")
         for line in flags:
             click.echo(f"! {line}")
-        for line in findings.deadline_lines():
-            click.echo(f"deadline missed: {line}")
     if check and flags:
         click.get_current_context().exit(1)
 
@@ -522,3 +520,12 @@ def history(
         row["late"] = _seconds(row["lateness_ms"])
         row["outcome"] = what_happened(row)
     click.echo(fit_table(rows, HISTORY_COLUMNS, WIDTH, HISTORY_SHRINK))
+    if task_id is not None:
+        # One task's history: the workflow around it too (what it waits for, what waits).
+        from pgsched.cli.show import render_graph
+
+        with psycopg.connect(state.database()) as conn, conn.cursor(row_factory=dict_row) as cur:
+            graph = cur.execute(query("task_graph"), {"task_id": task_id}).fetchall()
+        if graph:
+            click.echo("")
+            click.echo(render_graph(graph))

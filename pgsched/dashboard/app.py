@@ -58,8 +58,6 @@ COUNT_CAP = 10_000
 # One confirmation retries or discards at most this many (one transaction).
 BULK_MAX = 10_000
 COMING_DUE_CAP = 100_000
-# The missed deadlines the overview names (the newest; the total is counted).
-DEADLINE_MISSES_SHOWN = 10
 BIGINT_MAX = 2**63 - 1
 MAX_TEXT = 1_000
 REFRESH_S = 30
@@ -410,8 +408,6 @@ def create_app(config: DashboardConfig) -> Starlette:
             db.row("dashboard_tiers"),
             db.row("dashboard_coming_due", {"cap": COMING_DUE_CAP + 1}),
         )
-        # One read more than gather's typed six; few rows, off a partial index.
-        misses = await db.rows("dashboard_deadline_misses", {"max_rows": DEADLINE_MISSES_SHOWN})
         live = {r["lane"]: r for r in live_rows}
         recent = {}
         for r in recent_rows:
@@ -454,8 +450,6 @@ def create_app(config: DashboardConfig) -> Starlette:
                 "coming_due": coming_n,
                 "coming_capped": coming_n > COMING_DUE_CAP,
                 "coming_cap": COMING_DUE_CAP,
-                "deadline_misses": misses,
-                "deadline_misses_total": int(misses[0]["total"]) if misses else 0,
                 "refresh": refresh,
             },
         )
@@ -532,7 +526,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         task_id = path_id(request)
         after = request.query_params.get("events_after", "").strip()
         events_after = parse_id("events_after", after, "an event id") if after else 0
-        row, events, outcomes, counted = await asyncio.gather(
+        row, events, outcomes, counted, graph = await asyncio.gather(
             db.row("dashboard_task", {"task_id": task_id}),
             db.rows(
                 "dashboard_task_events",
@@ -540,6 +534,7 @@ def create_app(config: DashboardConfig) -> Starlette:
             ),
             db.rows("dashboard_task_outcomes", {"task_id": task_id}),
             db.row("dashboard_task_event_count", {"task_id": task_id, "after_id": events_after}),
+            db.rows("dashboard_task_graph", {"task_id": task_id}),
         )
         if row is None:
             raise HTTPException(404, f"no task {task_id}")
@@ -566,6 +561,8 @@ def create_app(config: DashboardConfig) -> Starlette:
                 "events": events,
                 "attempts": attempts,
                 "outcomes": outcomes,
+                "parents": [g for g in graph if g["relation"] == "parent"],
+                "children": [g for g in graph if g["relation"] == "child"],
                 "events_first": int(counted["before"]) + 1 if counted else 1,
                 "events_total": total,
                 "events_next": events[-1]["id"] if more else None,

@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -250,6 +250,23 @@ class QueueDepthCollector(Collector):
         self._leading = leading
         self._max_age = max_age
         self.snapshot: QueueSnapshot | None = None
+        # Workflow transitions (releases, holds, cascades) counted since this process began
+        # reading: only the events written since its last read are read.
+        self.workflow: dict[str, int] = {"released": 0, "held": 0, "cascaded": 0}
+        self._last_event_id: int | None = None
+
+    def count_workflow_events(self, conn: psycopg.Connection[Any]) -> None:
+        if self._last_event_id is None:
+            row = conn.execute(query("workflow_events_last")).fetchone()
+            self._last_event_id = int(row[0]) if row else 0
+            return
+        row = conn.execute(
+            query("workflow_events_since"), {"after": self._last_event_id}
+        ).fetchone()
+        assert row is not None
+        self._last_event_id = int(row[0])
+        for kind, n in zip(("released", "held", "cascaded"), row[1:], strict=True):
+            self.workflow[kind] += int(n)
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.snapshot
@@ -283,6 +300,16 @@ class QueueDepthCollector(Collector):
         yield GaugeMetricFamily(
             "pgsched_dead_tasks", "Tasks in the DEAD lane.", value=snapshot.dead
         )
+        transitions = CounterMetricFamily(
+            "pgsched_workflow_transitions",
+            "Workflow transitions seen by this sweep leader, by kind: released (a task's last "
+            "parent finished), held (a parent went DEAD or was cancelled and the task waits "
+            "on), cascaded (cancelled with its parent).",
+            labels=["kind"],
+        )
+        for kind, n in self.workflow.items():
+            transitions.add_metric([kind], n)
+        yield transitions
         yield GaugeMetricFamily(
             "pgsched_overdue_pending_tasks",
             "Cold (PENDING) tasks already due: only a promotion moves them where workers claim.",
@@ -321,6 +348,7 @@ class QueueDepthSweep:
 
     def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
         self.collector.snapshot = read_queue_depth(conn)
+        self.collector.count_workflow_events(conn)
         self.runs += 1
         return {}  # nothing to log: the numbers are the metrics
 
@@ -341,23 +369,6 @@ class SweeperMetrics:
         self.collector = QueueDepthCollector(lambda: self._leading(), max_age=3 * interval + 5)
         registry.register(self.collector)
         self.sweep = QueueDepthSweep(self.collector, interval=interval)
-        # Counted by the process whose deadline sweep judged the task: each miss once.
-        self.deadline_missed = Counter(
-            "pgsched_deadline_missed_total",
-            "Tasks that missed their deadline (complete_by), found by the deadline sweep.",
-            ["task_type"],
-            registry=registry,
-        )
-
-    def count_deadline_missed(self, task_type: str) -> None:
-        """The deadline sweep's `on_missed`."""
-        self.deadline_missed.labels(task_type).inc()
-
-    def watch(self, sweeps: Iterable[Any]) -> None:
-        """Count the misses of the deadline sweep among `sweeps`."""
-        for sweep in sweeps:
-            if hasattr(sweep, "on_missed"):
-                sweep.on_missed = self.count_deadline_missed
 
     def follow(self, leading: Callable[[], bool]) -> None:
         """Whether this process leads, read at scrape time (`lambda: sweeper.is_leader`)."""

@@ -114,10 +114,18 @@ SELECT
     parent_id,
     created_at,
     updated_at,
-    schedule_id
-FROM pgsched.tasks
+    schedule_id,
+    -- What it holds back: tasks still waiting for it (depends_on), retried or released
+    -- only by what happens to it.
+    (
+        SELECT count(*)
+        FROM pgsched.task_dependencies AS d
+        INNER JOIN pgsched.tasks AS c ON d.child_id = c.id AND c.status = 'PENDING'
+        WHERE d.parent_id = t.id AND NOT d.met
+    ) AS holding_back
+FROM pgsched.tasks AS t
 WHERE status = 'FAILED';
-COMMENT ON VIEW pgsched.lane_dead IS 'The DEAD lane: FAILED tasks, to retry or discard.';
+COMMENT ON VIEW pgsched.lane_dead IS 'The DEAD lane: FAILED tasks, to retry or discard, each with holding_back: how many tasks wait for it (depends_on).';
 REVOKE ALL ON pgsched.lane_dead FROM public;
 GRANT SELECT ON pgsched.lane_dead TO pgsched_worker;
 GRANT ALL ON pgsched.lane_dead TO pgsched_admin;

@@ -287,7 +287,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_nestloop = TRUE
 SET enable_hashjoin = TRUE
-SET enable_seqscan = TRUE
+SET enable_seqscan = FALSE
 SET enable_bitmapscan = TRUE
 AS $$
 DECLARE
@@ -309,7 +309,12 @@ BEGIN
     END IF;
     PERFORM pg_notify('pgsched_result', w.task_id::text)
        FROM (SELECT DISTINCT r.task_id FROM pgsched.task_result_waiters AS r WHERE r.task_id = ANY (ids)) AS w;
-    IF EXISTS (SELECT 1 FROM pgsched.task_dependencies AS d WHERE d.parent_id = ANY (ids) AND NOT d.met) THEN
+    -- One probe of the edges' key per finished task, whatever the statistics say: a
+    -- sequential scan looking for the first match read every waiting edge at each finish.
+    IF EXISTS (SELECT 1
+                 FROM unnest(ids) AS p(id)
+                 CROSS JOIN LATERAL (SELECT 1 FROM pgsched.task_dependencies AS d
+                                      WHERE d.parent_id = p.id AND NOT d.met LIMIT 1) AS e) THEN
         PERFORM pgsched.task_dependencies_settle(ids, statuses);
     END IF;
     RETURN NULL;
