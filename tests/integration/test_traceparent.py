@@ -13,11 +13,12 @@ import pytest
 from pgsched import App, InvalidTaskError
 from pgsched.claims import task_rows
 from pgsched.queries import query
+from pgsched.tasks import TaskRow
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-def claim(conn: psycopg.Connection, lane: str = "NORMAL") -> list[object]:
+def claim(conn: psycopg.Connection, lane: str = "NORMAL") -> list[TaskRow]:
     """The worker's own claim statement, its rows bound as the worker binds them."""
     with conn.cursor(row_factory=task_rows) as cur:
         params = {"lane": lane, "max_tasks": 10, "worker": "w1", "lease": timedelta(seconds=30)}
@@ -29,7 +30,7 @@ def test_traceparent_from_sql_reaches_the_claimed_row(conn: psycopg.Connection) 
         "SELECT pgsched.schedule_task('send', traceparent => %s)", (TRACEPARENT,)
     ).fetchone()[0]
     plain = conn.execute("SELECT pgsched.schedule_task('send')").fetchone()[0]
-    rows = {row.id: row for row in claim(conn)}  # type: ignore[attr-defined]
+    rows = {row.id: row for row in claim(conn)}
     assert rows[task_id].traceparent == TRACEPARENT
     assert rows[plain].traceparent is None
     assert conn.execute(
@@ -63,11 +64,11 @@ def test_bulk_app_and_fan_out_carry_it(db_dsn: str, conn: psycopg.Connection) ->
         " traceparent => %s)",
         (TRACEPARENT,),
     ).fetchone()[0]
-    claimed = [r for r in claim(conn) if r.id == parent]  # type: ignore[attr-defined]
+    claimed = [r for r in claim(conn) if r.id == parent]
     assert claimed
     conn.execute(
         "SELECT pgsched.task_fan_out(%s, %s)",
-        (parent, claimed[0].lease_token),  # type: ignore[attr-defined]
+        (parent, claimed[0].lease_token),
     )
     children = conn.execute(
         "SELECT traceparent FROM pgsched.tasks WHERE parent_id = %s", (parent,)
@@ -99,7 +100,7 @@ def test_retry_delays_are_stored_and_claimed(db_dsn: str, conn: psycopg.Connecti
         " retry_delays => ARRAY['1 second', '10 seconds']::interval[])"
     ).fetchone()[0]
     app_id = App(db_dsn).schedule("a", {}, retry_delays=[0.5, timedelta(minutes=1)])
-    rows = {row.id: row for row in claim(conn)}  # type: ignore[attr-defined]
+    rows = {row.id: row for row in claim(conn)}
     assert rows[task_id].retry_delays == [timedelta(seconds=1), timedelta(seconds=10)]
     assert rows[int(app_id)].retry_delays == [timedelta(seconds=0.5), timedelta(minutes=1)]
     for bad, words in (
