@@ -204,7 +204,8 @@ class App:
 
         Options (pgsched.producer.ScheduleOptions): run_at, tenant_id, priority,
         idempotency_key, max_attempts, lane, metadata, scope, product, unique_for, debounce,
-        traceparent, retry_delays. scope="product" (with product=...) or scope="global" runs
+        traceparent, retry_delays, depends_on, on_parent_failure, complete_by,
+        deadline_callback. scope="product" (with product=...) or scope="global" runs
         it once for every active tenant of that product, or of all products, each tenant
         with its own outcome.
 
@@ -214,7 +215,9 @@ class App:
         `debounce` after the last call, with the last call's payload (`.created` False for
         each call that replaced the waiting task's payload). `traceparent` is the W3C trace
         context of the request scheduling the task; `retry_delays` the waits after failed
-        attempts 1, 2, ... (the last repeats), instead of the handler's."""
+        attempts 1, 2, ... (the last repeats), instead of the handler's. `complete_by` (an
+        aware datetime) is the task's deadline: not COMPLETED by then, the sweeper records
+        a miss and schedules `deadline_callback` (a task type), if given."""
         with tracing.scheduling(task_type, options) as traced:
             call = producer.schedule_call(task_type, payload, **options)
             with self._connection(conn) as c:
@@ -281,7 +284,9 @@ class App:
 
         Options (pgsched.producer.RecurringOptions): timezone, payload, tenant_id,
         priority, idempotency_key, misfire_policy, catch_up_limit, max_attempts, lane,
-        metadata, scope, product."""
+        metadata, scope, product, complete_within, deadline_callback. `complete_within`
+        (seconds or a timedelta) gives each occurrence the deadline fire time + that ("the
+        09:00 report done by 09:30": 1800); a miss schedules `deadline_callback`."""
         from pgsched.recurring import database_now
 
         recurring = producer.recurring_call(task_type, cron_expression, **options)

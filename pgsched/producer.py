@@ -12,6 +12,7 @@ parameter added to scheduling goes into `ScheduleOptions` and `schedule_call` (o
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ class ScheduleOptions(TypedDict, total=False):
     retry_delays: Sequence[float | timedelta] | None
     depends_on: Sequence[int] | None
     on_parent_failure: str | None
+    complete_by: datetime | None
+    deadline_callback: str | None
 
 
 class RecurringOptions(TypedDict, total=False):
@@ -73,6 +76,8 @@ class RecurringOptions(TypedDict, total=False):
     metadata: Mapping[str, Any] | None
     scope: str
     product: str | None
+    complete_within: float | timedelta | None
+    deadline_callback: str | None
 
 
 class CancelWhereOptions(TypedDict, total=False):
@@ -125,6 +130,8 @@ def schedule_call(
     retry_delays: Sequence[float | timedelta] | None = None,
     depends_on: Sequence[int] | None = None,
     on_parent_failure: str | None = None,
+    complete_by: datetime | None = None,
+    deadline_callback: str | None = None,
 ) -> Call:
     """One task: `task_schedule_one`, whose row `scheduled_task` reads. With
     `depends_on` (task ids) it waits until those tasks finish (`on_parent_failure`: what
@@ -163,6 +170,9 @@ def schedule_call(
         "retry_delays": None if retry_delays is None else retry_delay_list(retry_delays),
         "depends_on": parent_ids(depends_on),
         "on_parent_failure": on_parent_failure,
+        # Checked by the database (pgsched.deadline_problem), which knows the due time.
+        "complete_by": complete_by,
+        "deadline_callback": deadline_callback,
     }
     return Call("task_schedule_one", params)
 
@@ -250,6 +260,18 @@ class RecurringCall:
         return Call("schedule_recurring", params)
 
 
+def seconds_or_timedelta(name: str, value: float | timedelta | None) -> timedelta | None:
+    """A duration given as seconds or a timedelta, as the database's interval."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidTaskError(f"{name}: seconds or a timedelta, got {value!r}")
+    try:
+        return timedelta(seconds=value)
+    except OverflowError:
+        raise InvalidTaskError(f"{name}: {value!r} seconds is out of range") from None
+
+
 def recurring_call(
     task_type: str,
     cron_expression: str,
@@ -266,6 +288,8 @@ def recurring_call(
     metadata: Mapping[str, Any] | None = None,
     scope: str = "tenant",
     product: str | None = None,
+    complete_within: float | timedelta | None = None,
+    deadline_callback: str | None = None,
 ) -> RecurringCall:
     """A recurring schedule; the statement's `schedule_id` column is the result."""
     from pgsched.cron import CronError, parse
@@ -302,6 +326,9 @@ def recurring_call(
         "first_fire_at": None,
         "scope": scope,
         "product": product,
+        # Checked by the database (its range, a tenant's schedule, the callback's name).
+        "complete_within": seconds_or_timedelta("complete_within", complete_within),
+        "deadline_callback": deadline_callback,
     }
     return RecurringCall(clock, params)
 

@@ -9,6 +9,9 @@ interval. Each is idempotent: running it twice, or on two processes, is harmless
                     that have no live occurrence (new, re-enabled, crashed mid-advance)
     RescueSweep     every minute: due cold tasks whose promotion was missed, expired
                     leases, and a wake-up for lanes with due work nobody claimed
+    DeadlineSweep   every 20 s: judge the deadlines (complete_by) passed or completed; a
+                    miss is an event, a log line naming the task, a count for
+                    pgsched_deadline_missed_total and its callback task, if any
     RetentionSweep  hourly: make partitions of finished tasks and of task_events ahead and
                     drop expired ones (finished_partitions_maintain, partitions_maintain),
                     prune what no partition drop takes (default: keep 30 days)
@@ -28,6 +31,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -197,6 +201,63 @@ class RescueSweep:
 
 
 @dataclass
+class DeadlineSweep:
+    """Judges deadlines: met if the task COMPLETED by its complete_by, missed otherwise.
+    Every 20 s, so a miss is found within a minute of the deadline whatever the jitter;
+    `on_missed` (the sweeper's metrics) hears the task type of each miss."""
+
+    interval: float = 20.0
+    chunk: int = 1_000
+    name: str = "deadlines"
+    on_missed: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        check_sweep(self)
+
+    def run_once(self, conn: psycopg.Connection[Any], now: datetime) -> dict[str, int]:
+        met = missed = callbacks = 0
+        while True:
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(
+                    query("deadline_sweep"), {"max_tasks": self.chunk, "now": now}
+                ).fetchall()
+            for row in rows:
+                if row["outcome"] == "met":
+                    met += 1
+                    continue
+                missed += 1
+                if row["callback_task_id"] is not None:
+                    callbacks += 1
+                log.warning(
+                    "task %s (%s, tenant %s) missed its deadline %s: it was %s%s",
+                    row["task_id"],
+                    row["task_type"],
+                    row["tenant_id"],
+                    row["complete_by"].isoformat(),
+                    row["status"],
+                    f"; callback task {row['callback_task_id']} scheduled"
+                    if row["callback_task_id"] is not None
+                    else "",
+                    extra={
+                        "event": "deadline_missed",
+                        "task_id": row["task_id"],
+                        "task_type": row["task_type"],
+                        "tenant": row["tenant_id"],
+                        "schedule_id": row["schedule_id"],
+                        "fields": {
+                            "status": row["status"],
+                            "complete_by": row["complete_by"].isoformat(),
+                            "callback_task_id": row["callback_task_id"],
+                        },
+                    },
+                )
+                if self.on_missed is not None:
+                    self.on_missed(row["task_type"])
+            if len(rows) < self.chunk:
+                return {"deadlines_met": met, "deadlines_missed": missed, "callbacks": callbacks}
+
+
+@dataclass
 class RetentionSweep:
     interval: float = 3600.0
     keep: timedelta = timedelta(days=30)
@@ -287,7 +348,14 @@ class RetentionSweep:
 
 
 def default_sweeps() -> list[Sweep]:
-    return [PromotionSweep(), RecurringSweep(), RescueSweep(), RetentionSweep(), HorizonSweep()]
+    return [
+        PromotionSweep(),
+        RecurringSweep(),
+        RescueSweep(),
+        DeadlineSweep(),
+        RetentionSweep(),
+        HorizonSweep(),
+    ]
 
 
 class Sweeper:

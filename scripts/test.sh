@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the test suite: set up whatever is missing, then pytest with any arguments given.
-#   bash scripts/test.sh                      everything (tests/unit, integration, browser, chaos)
+#   bash scripts/test.sh                      everything (tests/unit, integration, browser, chaos, citus)
 #   bash scripts/test.sh --fast               the unit tier only: no database, seconds
 #   bash scripts/test.sh -x -q tests/integration/test_sql_router.py
 set -euo pipefail

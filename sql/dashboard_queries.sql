@@ -189,6 +189,22 @@ FROM (
         )
 ) AS e;
 
+-- name: dashboard_deadline_misses
+-- Deadlines that fell in the last 24 hours and were missed (tasks_deadline_missed_idx),
+-- newest first, with their total.
+SELECT
+    task_id,
+    tenant_id,
+    task_type,
+    complete_by AT TIME ZONE 'UTC' AS complete_by_utc,
+    status::text AS status,
+    schedule_id,
+    count(*) OVER () AS total
+FROM pgsched.deadline_misses
+WHERE complete_by >= now() - interval '24 hours'
+ORDER BY complete_by DESC
+LIMIT %(max_rows)s;
+
 -- name: dashboard_coming_due
 -- Tasks falling due in the next hour (not yet due): the due-time range of the cold tier's
 -- index and the hot tier, counted up to cap.

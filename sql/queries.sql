@@ -45,7 +45,9 @@ FROM pgsched.schedule_task_ex(
     traceparent => %(traceparent)s,
     retry_delays => %(retry_delays)s,
     depends_on => %(depends_on)s::bigint[],
-    on_parent_failure => %(on_parent_failure)s
+    on_parent_failure => %(on_parent_failure)s,
+    complete_by => %(complete_by)s::timestamptz,
+    deadline_callback => %(deadline_callback)s
 ) AS s;
 
 -- name: task_cancel
@@ -247,7 +249,9 @@ SELECT pgsched.schedule_recurring(
     catch_up_limit => %(catch_up_limit)s,
     first_fire_at => %(first_fire_at)s,
     scope => %(scope)s,
-    product => %(product)s
+    product => %(product)s,
+    complete_within => %(complete_within)s::interval,
+    deadline_callback => %(deadline_callback)s
 ) AS schedule_id;
 
 -- name: schedules_unarmed
@@ -295,6 +299,34 @@ SELECT
     lane::text AS lane,
     overdue
 FROM pgsched.task_wake_overdue(%(older_than)s, %(now)s);
+
+-- name: deadline_sweep
+SELECT
+    task_id,
+    tenant_id,
+    task_type,
+    status::text AS status,
+    complete_by,
+    outcome,
+    schedule_id,
+    callback_task_id
+FROM pgsched.deadline_sweep(%(max_tasks)s, %(now)s);
+
+-- name: deadline_misses_recent
+-- The misses whose deadline fell in the last `within` (tasks_deadline_missed_idx), newest
+-- first, with the total.
+SELECT
+    task_id,
+    tenant_id,
+    task_type,
+    complete_by,
+    status::text AS status,
+    schedule_id,
+    count(*) OVER () AS total
+FROM pgsched.deadline_misses
+WHERE complete_by >= now() - %(within)s::interval
+ORDER BY complete_by DESC
+LIMIT %(max_rows)s;
 
 -- name: lease_rescue_all
 SELECT pgsched.lease_rescue_expired(NULL, %(max_tasks)s, %(now)s) AS rescued;

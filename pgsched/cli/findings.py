@@ -32,6 +32,9 @@ class Findings:
     pending_coming_due: int = 0
     first_coming_due_s: float | None = None
     unarmed: list[dict[str, Any]] = field(default_factory=list)
+    # Deadlines that fell in the last 24 h and were missed (the newest NAMED_TASKS, and all).
+    deadline_misses: list[dict[str, Any]] = field(default_factory=list)
+    deadline_misses_total: int = 0
 
     def flags(self) -> list[str]:
         """One line per problem, for a person; empty when nothing is stuck."""
@@ -67,6 +70,25 @@ class Findings:
             )
         return lines
 
+    def deadline_lines(self) -> list[str]:
+        """The deadlines missed in the last 24 h, one line each (the newest first). Not
+        flags: a late report is the application's news, not a stuck engine, so
+        `status --check` does not fail on it."""
+        lines: list[str] = []
+        for miss in self.deadline_misses:
+            lines.append(
+                f"task {miss['task_id']} ({miss['task_type']}, tenant {miss['tenant_id']})"
+                f" missed its deadline {miss['complete_by']:%Y-%m-%d %H:%M:%S %Z}: it is"
+                f" {miss['status']}"
+                + (f" (schedule {miss['schedule_id']})" if miss["schedule_id"] else "")
+            )
+        if self.deadline_misses_total > len(self.deadline_misses):
+            lines.append(
+                f"... {self.deadline_misses_total - len(self.deadline_misses)} more missed"
+                " deadline(s) in the last 24 h: SELECT * FROM pgsched.deadline_misses"
+            )
+        return lines
+
     def as_json(self) -> dict[str, Any]:
         return {
             "sweeper_leader": self.leader,
@@ -77,6 +99,8 @@ class Findings:
             "pending_coming_due": self.pending_coming_due,
             "first_coming_due_s": self.first_coming_due_s,
             "unarmed_schedules": self.unarmed,
+            "deadline_misses_24h": self.deadline_misses_total,
+            "deadline_misses": self.deadline_misses,
             "flags": self.flags(),
         }
 
@@ -109,6 +133,9 @@ def read_findings(conn: psycopg.Connection[Any]) -> Findings:
         overdue = cur.execute(query("overdue_pending")).fetchone() or {}
         expired = cur.execute(query("lease_expired"), {"max_rows": NAMED_TASKS}).fetchall()
         quarantined = cur.execute(query("schedule_quarantined")).fetchall()
+        misses = cur.execute(
+            query("deadline_misses_recent"), {"within": "24 hours", "max_rows": NAMED_TASKS}
+        ).fetchall()
         coming: dict[str, Any] = {}
         unarmed: list[dict[str, Any]] = []
         if leader is None:
@@ -125,4 +152,6 @@ def read_findings(conn: psycopg.Connection[Any]) -> Findings:
         pending_coming_due=int(coming.get("coming_due") or 0),
         first_coming_due_s=coming.get("first_in_s"),
         unarmed=unarmed,
+        deadline_misses=[{k: v for k, v in m.items() if k != "total"} for m in misses],
+        deadline_misses_total=int(misses[0]["total"]) if misses else 0,
     )

@@ -500,12 +500,14 @@ def sweeper(
     log_level: str,
     log_format: str | None,
 ) -> None:
-    """Run the sweeps (promotion, recurring, rescue, retention, horizon) while elected leader."""
+    """Run the sweeps (promotion, recurring, rescue, deadlines, retention, horizon) while
+    elected leader."""
     import signal
     from datetime import timedelta
 
     from pgsched.horizon import HorizonSweep
     from pgsched.sweeps import (
+        DeadlineSweep,
         PromotionSweep,
         RecurringSweep,
         RescueSweep,
@@ -521,6 +523,7 @@ def sweeper(
         PromotionSweep(interval=promotion_interval),
         RecurringSweep(interval=recurring_interval),
         RescueSweep(interval=rescue_interval),
+        DeadlineSweep(),
         RetentionSweep(interval=retention_interval, keep=timedelta(days=retention_days)),
         HorizonSweep(warn_after=horizon_warn),
     ]
@@ -550,6 +553,7 @@ def sweeper(
 
         registry = new_registry()
         metrics = SweeperMetrics(registry, queue_depth_interval)
+        metrics.watch(sweeps)
         sweeps.append(metrics.sweep)
     runner = Sweeper(
         dsn,

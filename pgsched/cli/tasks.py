@@ -398,7 +398,7 @@ def cancel(
 def status(state: CliState, check: bool, as_json: bool) -> None:
     """Per lane: cold, queued, due now, processing, dead, oldest lateness; then what is
     stuck: cold work due or coming due and schedules never armed with no sweeper leading,
-    expired leases, quarantined schedules."""
+    expired leases, quarantined schedules; and the deadlines missed in the last 24 h."""
     dsn = state.database()
     rows = App(dsn).lane_summary()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -414,6 +414,8 @@ def status(state: CliState, check: bool, as_json: bool) -> None:
         click.echo(f"sweeper leader: {describe_leader(leader) if leader else 'none'}")
         for line in flags:
             click.echo(f"! {line}")
+        for line in findings.deadline_lines():
+            click.echo(f"deadline missed: {line}")
     if check and flags:
         click.get_current_context().exit(1)
 

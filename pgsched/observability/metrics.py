@@ -369,6 +369,23 @@ class SweeperMetrics:
         self.collector = QueueDepthCollector(lambda: self._leading(), max_age=3 * interval + 5)
         registry.register(self.collector)
         self.sweep = QueueDepthSweep(self.collector, interval=interval)
+        # Counted by the process whose deadline sweep judged the task: each miss once.
+        self.deadline_missed = Counter(
+            "pgsched_deadline_missed_total",
+            "Tasks that missed their deadline (complete_by), found by the deadline sweep.",
+            ["task_type"],
+            registry=registry,
+        )
+
+    def count_deadline_missed(self, task_type: str) -> None:
+        """The deadline sweep's `on_missed`."""
+        self.deadline_missed.labels(task_type).inc()
+
+    def watch(self, sweeps: Iterable[Any]) -> None:
+        """Count the misses of the deadline sweep among `sweeps`."""
+        for sweep in sweeps:
+            if hasattr(sweep, "on_missed"):
+                sweep.on_missed = self.count_deadline_missed
 
     def follow(self, leading: Callable[[], bool]) -> None:
         """Whether this process leads, read at scrape time (`lambda: sweeper.is_leader`)."""

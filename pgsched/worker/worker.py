@@ -264,6 +264,7 @@ class Worker:
             return []
         sweeps = default_sweeps()
         if self.sweeper_metrics is not None:
+            self.sweeper_metrics.watch(sweeps)
             sweeps.append(self.sweeper_metrics.sweep)
         if self.config.hot_tier is not None:
             sweeps.append(open_mirror(self.config.hot_tier))

@@ -140,6 +140,11 @@ BEGIN
         RAISE EXCEPTION 'pgsched: max_tasks must be 0 or more, got %', quote_nullable(task_claim_many.max_tasks)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF task_claim_many.lease IS NULL OR task_claim_many.lease <= INTERVAL '0'
+       OR task_claim_many.lease > INTERVAL '100 years' THEN
+        RAISE EXCEPTION 'pgsched: lease must be a positive interval (at most 100 years), got %',
+            quote_nullable(task_claim_many.lease) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     -- Planned once per connection (see the top of this file).
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
     SELECT NOT (task_claim_many.lane = ANY (s.fairness_off_lanes)) INTO fair FROM pgsched.settings AS s;

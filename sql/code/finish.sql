@@ -99,6 +99,12 @@ BEGIN
         RAISE EXCEPTION 'pgsched: unknown outcome % (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED or SNOOZED)', bad
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF task_finish_many.retry_delays IS NOT NULL AND EXISTS (
+        SELECT 1 FROM unnest(task_finish_many.retry_delays) AS d(delay)
+         WHERE d.delay < INTERVAL '0' OR d.delay > INTERVAL '100 years') THEN
+        RAISE EXCEPTION 'pgsched: retry_delays must be 0 or more (at most 100 years) each'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
 
     -- A result over the cap is refused: the attempt fails, saying why (only a flush that
     -- carries results pays for the check).

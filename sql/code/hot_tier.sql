@@ -66,6 +66,14 @@ DECLARE
     promoted integer;
     wake pgsched.task_lane[];
 BEGIN
+    IF task_promote_due.max_tasks IS NULL OR task_promote_due.max_tasks < 1 THEN
+        RAISE EXCEPTION 'pgsched: max_tasks must be at least 1, got %', quote_nullable(task_promote_due.max_tasks)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF task_promote_due.within < INTERVAL '0' OR task_promote_due.within > INTERVAL '100 years' THEN
+        RAISE EXCEPTION 'pgsched: within must be 0 or more (at most 100 years), got %', task_promote_due.within
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     horizon := coalesce(t + extract(epoch FROM task_promote_due.within) * INTERVAL '1 second', h.hot_until);
     -- The cold tier read in due order, as far as it promotes, whatever the statistics (see
@@ -92,7 +100,9 @@ BEGIN
                    ELSE 'promoted into the hot window'
                END,
                updated_at = t
-         -- The rows locked above (none waiting for parents), by primary key.
+         -- Not "AND waiting_for IS NULL": the rows are locked as found, so nothing changed
+         -- it, and with that predicate stale statistics pick the promotable index over the
+         -- primary key and read the whole cold tier.
          WHERE tk.id = ANY (due) AND tk.status = 'PENDING'
         RETURNING tk.lane, tk.next_run_at
     )

@@ -65,6 +65,11 @@ DECLARE
     held bigint[];
     renewed bigint[];
 BEGIN
+    IF task_heartbeat_many.lease IS NULL OR task_heartbeat_many.lease <= INTERVAL '0'
+       OR task_heartbeat_many.lease > INTERVAL '100 years' THEN
+        RAISE EXCEPTION 'pgsched: lease must be a positive interval (at most 100 years), got %',
+            quote_nullable(task_heartbeat_many.lease) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     -- Each leased row found by its primary key whatever the statistics (see the top of
     -- this file), matched to its token by hashing.
     PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
@@ -122,6 +127,10 @@ DECLARE
     rescued integer := 0;
     wake pgsched.task_lane[];
 BEGIN
+    IF lease_rescue_expired.max_tasks IS NULL OR lease_rescue_expired.max_tasks < 1 THEN
+        RAISE EXCEPTION 'pgsched: max_tasks must be at least 1, got %', quote_nullable(lease_rescue_expired.max_tasks)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     FOR attempt IN 1..5 LOOP
         BEGIN

@@ -92,7 +92,9 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_recurring(
     first_fire_at timestamptz DEFAULT NULL,
     as_of timestamptz DEFAULT NULL,
     scope text DEFAULT 'tenant',
-    product text DEFAULT NULL
+    product text DEFAULT NULL,
+    complete_within interval DEFAULT NULL,
+    deadline_callback text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -118,6 +120,19 @@ BEGIN
         END,
         CASE WHEN schedule_recurring.catch_up_limit IS NULL OR schedule_recurring.catch_up_limit < 1
              THEN 'catch_up_limit must be at least 1'
+        END,
+        CASE
+            WHEN schedule_recurring.complete_within IS NULL AND schedule_recurring.deadline_callback IS NOT NULL
+                THEN 'deadline_callback needs complete_within: the deadline whose miss it answers'
+            WHEN schedule_recurring.complete_within <= interval '0'
+                OR schedule_recurring.complete_within > interval '366 days'
+                THEN format('complete_within %s is out of range (more than 0, at most 366 days)',
+                            schedule_recurring.complete_within)
+            WHEN schedule_recurring.complete_within IS NOT NULL AND schedule_recurring.scope <> 'tenant'
+                THEN format('complete_within is for a tenant''s schedule, not scope %s', schedule_recurring.scope)
+            WHEN schedule_recurring.deadline_callback !~ '^[A-Za-z_][A-Za-z0-9_.]{0,99}$'
+                THEN format('deadline_callback %L is not a plain identifier (a task type)',
+                            schedule_recurring.deadline_callback)
         END
     );
     IF problem IS NOT NULL THEN
@@ -135,7 +150,7 @@ BEGIN
     INSERT INTO pgsched.schedules AS s (
         tenant_id, task_type, cron_expression, timezone, payload, metadata, priority, lane,
         max_attempts, misfire_policy, catch_up_limit, idempotency_key, scope, product,
-        created_at, updated_at
+        created_at, updated_at, complete_within, deadline_callback
     ) VALUES (
         owner, schedule_recurring.task_type, btrim(schedule_recurring.cron_expression),
         schedule_recurring.timezone, coalesce(schedule_recurring.payload, '{}'),
@@ -143,7 +158,8 @@ BEGIN
         pgsched.lane_for(schedule_recurring.priority, schedule_recurring.lane),
         schedule_recurring.max_attempts, schedule_recurring.misfire_policy::pgsched.misfire_policy,
         schedule_recurring.catch_up_limit, schedule_recurring.idempotency_key,
-        schedule_recurring.scope, schedule_recurring.product, t, t
+        schedule_recurring.scope, schedule_recurring.product, t, t,
+        schedule_recurring.complete_within, schedule_recurring.deadline_callback
     )
     ON CONFLICT ON CONSTRAINT schedules_key_per_tenant DO NOTHING
     RETURNING s.id INTO new_id;
@@ -163,11 +179,11 @@ END;
 $$;
 ALTER FUNCTION pgsched.schedule_recurring(
     text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamptz, timestamptz,
-    text, text
+    text, text, interval, text
 ) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamp with time zone, timestamp with time zone, text, text) IS 'Create a recurring schedule: a five-field cron expression in an IANA zone, a task type and its payload, a misfire policy (run_once, skip, catch_up with catch_up_limit). With first_fire_at the first occurrence is armed in the same transaction; without it the recurring sweep, woken by NOTIFY pgsched_recurring, arms it. An idempotency key the tenant already used returns that schedule''s id. Returns the schedule id.';
-REVOKE ALL ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamptz, timestamptz, text, text) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamptz, timestamptz, text, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamp with time zone, timestamp with time zone, text, text, interval, text) IS 'Create a recurring schedule: a five-field cron expression in an IANA zone, a task type and its payload, a misfire policy (run_once, skip, catch_up with catch_up_limit). With first_fire_at the first occurrence is armed in the same transaction; without it the recurring sweep, woken by NOTIFY pgsched_recurring, arms it. An idempotency key the tenant already used returns that schedule''s id. complete_within gives each occurrence a deadline, its fire time + complete_within (the 09:00 report done by 09:30: 30 minutes); deadline_callback names a task type scheduled when one is missed. Returns the schedule id.';
+REVOKE ALL ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamptz, timestamptz, text, text, interval, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_recurring(text, text, text, jsonb, text, integer, text, text, bigint, text, jsonb, integer, timestamptz, timestamptz, text, text, interval, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Arm one occurrence of a schedule: a compare-and-set on the armed task (expected_task_id,
 -- NULL for "none yet"), so two schedulers racing to arm the next occurrence create it once.
@@ -226,9 +242,13 @@ BEGIN
         scope => s.scope,
         product => s.product
     );
+    -- The occurrence's deadline counts from its fire time, which the zone and the DST policy
+    -- placed; a catch-up occurrence armed late may be past it already.
     UPDATE pgsched.tasks AS tk
        SET schedule_type = 'RECURRING', schedule_id = s.id,
-           cron_expression = s.cron_expression, timezone = s.timezone
+           cron_expression = s.cron_expression, timezone = s.timezone,
+           complete_by = schedule_arm.fire_at + s.complete_within,
+           deadline_callback = CASE WHEN s.complete_within IS NOT NULL THEN s.deadline_callback END
      WHERE tk.id = new_task;
     UPDATE pgsched.schedule_occurrences AS o SET task_id = new_task
      WHERE o.schedule_id = s.id AND o.fire_at = schedule_arm.fire_at;

@@ -511,6 +511,32 @@ COMMENT ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamp with time 
 REVOKE ALL ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[], bigint[], text) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.schedule_tasks(text[], jsonb[], timestamptz[], text[], integer[], text[], bigint[], text[], jsonb[], timestamptz, text[], text[], interval[], interval[], text[], bigint[], text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
+-- Why a task's deadline is refused, or NULL (schedule_task's complete_by, deadline_callback).
+CREATE OR REPLACE FUNCTION pgsched.deadline_problem(
+    complete_by timestamptz, due timestamptz, deadline_callback text, windowed boolean, scope text
+) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN complete_by IS NULL AND deadline_callback IS NOT NULL THEN
+            'deadline_callback needs complete_by: the deadline whose miss it answers'
+        WHEN NOT isfinite(complete_by) OR complete_by < '1970-01-01 00:00:00+00'
+            OR complete_by >= '9999-01-01 00:00:00+00' THEN format(
+            'complete_by %s is out of range (1970-01-01 00:00 UTC to 9999-01-01 00:00 UTC)', complete_by)
+        WHEN complete_by <= due THEN format(
+            'complete_by %s must be after the task is due (%s)', complete_by, due)
+        WHEN windowed THEN 'complete_by cannot be combined with unique_for or debounce'
+        WHEN coalesce(scope, 'tenant') <> 'tenant' THEN format(
+            'complete_by is for a tenant''s task, not scope %s (each tenant''s child has its own run)', scope)
+        WHEN deadline_callback IS NOT NULL AND deadline_callback !~ '^[A-Za-z_][A-Za-z0-9_.]{0,99}$' THEN format(
+            'deadline_callback %L is not a plain identifier (a task type: letters, digits, _ and ., '
+            'starting with a letter or _, at most 100 characters)', deadline_callback)
+    END
+$$;
+COMMENT ON FUNCTION pgsched.deadline_problem(timestamp with time zone, timestamp with time zone, text, boolean, text) IS 'Why a task''s deadline is refused, or NULL: complete_by a finite time after the task is due, on a tenant''s task without unique_for or debounce; deadline_callback a task type, only with complete_by.';
+REVOKE ALL ON FUNCTION pgsched.deadline_problem(timestamptz, timestamptz, text, boolean, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.deadline_problem(timestamptz, timestamptz, text, boolean, text) TO pgsched_worker, pgsched_admin;
+
 -- Schedule one task; returns its id and whether this call created it (false: the tenant
 -- already used this idempotency key, and that task's id comes back, unchanged). Same
 -- arguments as schedule_task.
@@ -532,7 +558,9 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_task_ex(
     traceparent text DEFAULT NULL,
     retry_delays interval[] DEFAULT NULL,
     depends_on bigint[] DEFAULT NULL,
-    on_parent_failure text DEFAULT NULL
+    on_parent_failure text DEFAULT NULL,
+    complete_by timestamptz DEFAULT NULL,
+    deadline_callback text DEFAULT NULL
 ) RETURNS TABLE (task_id bigint, created boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -567,6 +595,15 @@ BEGIN
         cfg.max_payload_bytes, coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product);
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF schedule_task_ex.complete_by IS NOT NULL OR schedule_task_ex.deadline_callback IS NOT NULL THEN
+        problem := pgsched.deadline_problem(
+            schedule_task_ex.complete_by, due, schedule_task_ex.deadline_callback,
+            schedule_task_ex.unique_for IS NOT NULL OR schedule_task_ex.debounce IS NOT NULL,
+            schedule_task_ex.scope);
+        IF problem IS NOT NULL THEN
+            RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
+        END IF;
     END IF;
     IF schedule_task_ex.depends_on IS NOT NULL OR schedule_task_ex.on_parent_failure IS NOT NULL THEN
         IF schedule_task_ex.unique_for IS NOT NULL OR schedule_task_ex.debounce IS NOT NULL THEN
@@ -618,7 +655,7 @@ BEGIN
     INSERT INTO pgsched.tasks (
         id, tenant_id, task_type, next_run_at, payload, metadata, priority, lane, status,
         max_attempts, idempotency_key, scope, product, created_at, updated_at, traceparent, retry_delays,
-        waiting_for, on_parent_failure
+        waiting_for, on_parent_failure, complete_by, deadline_callback
     ) VALUES (
         new_id, owner, schedule_task_ex.task_type, due, coalesce(schedule_task_ex.payload, '{}'),
         coalesce(schedule_task_ex.metadata, '{}'), coalesce(schedule_task_ex.priority, 5), task_lane,
@@ -627,7 +664,8 @@ BEGIN
         coalesce(schedule_task_ex.max_attempts, 3), schedule_task_ex.idempotency_key,
         coalesce(schedule_task_ex.scope, 'tenant'), schedule_task_ex.product, t, t,
         schedule_task_ex.traceparent, schedule_task_ex.retry_delays,
-        nullif(waiting, 0), schedule_task_ex.on_parent_failure
+        nullif(waiting, 0), schedule_task_ex.on_parent_failure,
+        schedule_task_ex.complete_by, schedule_task_ex.deadline_callback
     );
     IF dep_ids IS NOT NULL THEN
         PERFORM pgsched.task_dependencies_link(ARRAY[new_id], dep_ids, dep_met, dep_status, t);
@@ -638,9 +676,9 @@ BEGIN
     RETURN QUERY SELECT new_id, TRUE;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[], bigint[], text) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key, or the key''s unique window or debounced task is still open (that task''s id comes back; a debounced one with this call''s payload and due time).';
-REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[], bigint[], text, timestamp with time zone, text) IS 'Schedule one task, as schedule_task with the same arguments; returns its id and created: false when the tenant already used this idempotency key, or the key''s unique window or debounced task is still open (that task''s id comes back; a debounced one with this call''s payload and due time).';
+REVOKE ALL ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text, timestamptz, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task_ex(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text, timestamptz, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Schedule one task; returns its id (the existing task's id when the tenant already used
 -- this idempotency key: schedule_task_ex says which).
@@ -662,7 +700,9 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_task(
     traceparent text DEFAULT NULL,
     retry_delays interval[] DEFAULT NULL,
     depends_on bigint[] DEFAULT NULL,
-    on_parent_failure text DEFAULT NULL
+    on_parent_failure text DEFAULT NULL,
+    complete_by timestamptz DEFAULT NULL,
+    deadline_callback text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql
 SECURITY DEFINER
@@ -674,11 +714,12 @@ AS $$
           schedule_task.priority, schedule_task.idempotency_key, schedule_task.max_attempts,
           schedule_task.lane, schedule_task.metadata, schedule_task.as_of, schedule_task.scope,
           schedule_task.product, schedule_task.unique_for, schedule_task.debounce, schedule_task.traceparent,
-          schedule_task.retry_delays, schedule_task.depends_on, schedule_task.on_parent_failure) AS e
+          schedule_task.retry_delays, schedule_task.depends_on, schedule_task.on_parent_failure,
+          schedule_task.complete_by, schedule_task.deadline_callback) AS e
 $$;
-COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[], bigint[], text) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs. With idempotency_key, unique_for => interval makes the key name its task only for that long (a new task after), and debounce => interval makes a burst of calls one task, due debounce after the last call, with the last call''s payload. traceparent (a W3C trace context) and retry_delays (the waits after failed attempts 1, 2, ...; the last repeats) are stored with the task and handed to its worker. depends_on => ARRAY[parent ids] makes it wait, PENDING in the cold tier, until every parent completed (released exactly once, routed as if scheduled then); on_parent_failure => ''hold'' (default), ''cancel'' or ''run'' says what a parent going DEAD or CANCELLED does to it.';
-REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text) TO pgsched_producer, pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.schedule_task(text, jsonb, timestamp with time zone, text, integer, text, bigint, text, jsonb, timestamp with time zone, text, text, interval, interval, text, interval[], bigint[], text, timestamp with time zone, text) IS 'Schedule one task; returns its id. Checks every argument (SQLSTATE 22023 naming it), routes the task by its due time (IMMEDIATE and HOT: QUEUED in the hot tier, with a NOTIFY for IMMEDIATE; COLD: PENDING in the cold tier), and honours the idempotency key per tenant: a key the tenant already used returns that task''s id and changes nothing (schedule_task_ex says which). priority 0 to 10 picks the lane (8+ HIGH, 4-7 NORMAL, 0-3 LOW); lane => ''BATCH'' asks for the BATCH lane; scope => ''product'' or ''global'' fans out to tenants when it runs. With idempotency_key, unique_for => interval makes the key name its task only for that long (a new task after), and debounce => interval makes a burst of calls one task, due debounce after the last call, with the last call''s payload. traceparent (a W3C trace context) and retry_delays (the waits after failed attempts 1, 2, ...; the last repeats) are stored with the task and handed to its worker. depends_on => ARRAY[parent ids] makes it wait, PENDING in the cold tier, until every parent completed (released exactly once, routed as if scheduled then); on_parent_failure => ''hold'' (default), ''cancel'' or ''run'' says what a parent going DEAD or CANCELLED does to it. complete_by => a time is the task''s deadline: not COMPLETED by then, the sweeper records a missed deadline (an event, pgsched_deadline_missed_total) and schedules deadline_callback, a task type, if given.';
+REVOKE ALL ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text, timestamptz, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.schedule_task(text, jsonb, timestamptz, text, integer, text, bigint, text, jsonb, timestamptz, text, text, interval, interval, text, interval[], bigint[], text, timestamptz, text) TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Why a due time is refused, or NULL. The margins keep every reading of the value, in any
 -- session time zone, inside what clients can represent (Python: years 1 to 9999).

@@ -50,7 +50,7 @@ def test_index_use_smoke(db_dsn: str, tmp_path: Path) -> None:
     by_index = {row["index"]: row for row in result["indexes"]}
     # The claim reads the hot tier through its index; promotion the cold tier's due range.
     assert "task_claim_many" in by_index["tasks_hot_tenant_idx"]["used_by"]
-    assert "task_promote_due" in by_index["tasks_cold_promote_idx"]["used_by"]
+    assert "task_promote_due" in by_index["tasks_cold_promotable_idx"]["used_by"]
     assert "task_timeline" in by_index["task_events_task_idx"]["used_by"]
     # Partitions are reported by their tier's index, their sizes summed.
     assert "tasks_finished_archive_type_idx" in by_index["tasks_finished_type_idx"]["partitions"]

@@ -94,6 +94,7 @@ def test_the_files_cover_what_an_operator_watches() -> None:
         "PgschedOldestDueWaiting",
         "PgschedNoSweeperLeader",
         "PgschedWorkerDown",
+        "PgschedDeadlineMissed",
     } <= alerts.keys()
     read = {name for expr in dashboard_expressions().values() for name in metric_names(expr)}
     assert {
@@ -109,6 +110,11 @@ def test_every_metric_the_files_read_is_exported(
 ) -> None:
     schedule(conn, "fn_async")
     schedule(conn, "always_fails", max_attempts=1)
+    # DEAD at once and due to be done in 2 s: the deadline sweep (every 20 s) counts a miss.
+    conn.execute(
+        "SELECT pgsched.schedule_task('always_fails', max_attempts => 1,"
+        " complete_by => now() + interval '2 seconds')"
+    )
     worker = workers.start(
         "deploy",
         extra=["--sweeps", "--metrics-port", "0", "--queue-depth-interval", "0.5"],
@@ -117,10 +123,12 @@ def test_every_metric_the_files_read_is_exported(
     got = wait_scrape(
         base,
         lambda s: (
-            s.total("pgsched_task_outcomes_total") == 2 and s.value("pgsched_dead_tasks") == 1
+            s.total("pgsched_task_outcomes_total") == 3
+            and s.value("pgsched_dead_tasks") == 2
+            and s.total("pgsched_deadline_missed_total") == 1
         ),
-        30,
-        what="both outcomes counted and the DEAD gauge read",
+        60,
+        what="the outcomes counted, the DEAD gauge read and the missed deadline counted",
     )
     exported = got.names() | PROMETHEUS_OWN
     expressions = {**alert_expressions(), **dashboard_expressions()}

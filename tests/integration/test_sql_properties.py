@@ -2,11 +2,11 @@
 boundary arguments, each call checked against the invariants the API promises.
 
 Calls, from three real logins as an application, a worker and an operator would make them:
-schedule (one and bulk), cancel (one, with detail, and by filter), claim, heartbeat and
-finish as a worker would (every outcome, stale and forged lease tokens), lease rescue and
-promotion (moved in time with `as_of`), the DEAD lane's retry and discard, recurring
-create / pause / resume / delete, and tenants (add, disable). The application's login is
-bound to tenant `acme` only.
+schedule (one and bulk, with deadlines), cancel (one, with detail, and by filter), claim,
+heartbeat and finish as a worker would (every outcome, stale and forged lease tokens), lease
+rescue, promotion and the deadline sweep (moved in time with `as_of`), the DEAD lane's retry
+and discard, recurring create / pause / resume / delete, and tenants (add, disable). The
+application's login is bound to tenant `acme` only.
 
 After every call:
 
@@ -261,7 +261,10 @@ def schedule_one(draw: st.DrawFn) -> Call:
         " metadata => %(metadata)s::jsonb, as_of => %(as_of)s::timestamptz,"
         " scope => %(scope)s::text, product => %(product)s::text,"
         " unique_for => %(unique_for)s::interval, debounce => %(debounce)s::interval,"
-        " traceparent => %(traceparent)s::text, retry_delays => %(retry_delays)s::interval[])",
+        " traceparent => %(traceparent)s::text, retry_delays => %(retry_delays)s::interval[],"
+        " complete_by => %(complete_by)s::timestamptz, deadline_callback => %(callback)s::text)",
+        complete_by=draw(st.one_of(st.none(), st.none(), times)),
+        callback=draw(mostly(st.none(), st.one_of(identifiers, text_hostile))),
         unique_for=draw(windows),
         debounce=draw(windows),
         traceparent=draw(traceparents),
@@ -371,7 +374,17 @@ def cancel(draw: st.DrawFn) -> Call:
 def worker_call(draw: st.DrawFn) -> Call:
     kind = draw(
         st.sampled_from(
-            ["claim", "claim", "finish", "finish", "heartbeat", "rescue", "promote", "fan_out"]
+            [
+                "claim",
+                "claim",
+                "finish",
+                "finish",
+                "heartbeat",
+                "rescue",
+                "promote",
+                "fan_out",
+                "deadlines",
+            ]
         )
     )
     if kind == "claim":
@@ -425,6 +438,13 @@ def worker_call(draw: st.DrawFn) -> Call:
                 st.lists(mostly(st.just("held"), st.just("forged")), min_size=n, max_size=n)
             ),
             lease=draw(intervals),
+            as_of=draw(as_ofs),
+        )
+    if kind == "deadlines":
+        return call(
+            "worker",
+            "SELECT * FROM pgsched.deadline_sweep(%(n)s::integer, %(as_of)s::timestamptz)",
+            n=draw(mostly(st.integers(min_value=1, max_value=100), st.sampled_from([0, -1, None]))),
             as_of=draw(as_ofs),
         )
     if kind == "rescue":
@@ -832,3 +852,36 @@ def test_claim_refuses_a_negative_max_tasks(conn: psycopg.Connection) -> None:
     assert conn.execute("SELECT status::text FROM pgsched.tasks").fetchall() == [("QUEUED",)]
     none = conn.execute("SELECT count(*) FROM pgsched.task_claim_many('HIGH', 0, 'w1')").fetchone()
     assert none == (0,)
+
+
+def test_a_negative_lease_window_delay_or_batch_is_refused(conn: psycopg.Connection) -> None:
+    """Found: a lease of '-100000 years' (claim, heartbeat), a promotion window or a retry
+    delay of it overflowed the timestamp (22008); now refused as bad input, with nothing
+    changed."""
+    task = conn.execute("SELECT pgsched.schedule_task('report')").fetchone()
+    assert task is not None
+    for statement, word in (
+        ("SELECT * FROM pgsched.task_claim_many('NORMAL', 5, 'w1', %s::interval)", "lease"),
+        (
+            "SELECT * FROM pgsched.task_heartbeat_many(ARRAY[1]::bigint[],"
+            " ARRAY[gen_random_uuid()], %s::interval)",
+            "lease",
+        ),
+        ("SELECT pgsched.task_promote_due(10, NULL, %s::interval)", "within"),
+        (
+            "SELECT * FROM pgsched.task_finish_many(ARRAY[1]::bigint[], ARRAY[gen_random_uuid()],"
+            " ARRAY['RETRY'], NULL, ARRAY[%s::interval])",
+            "retry_delays",
+        ),
+    ):
+        for bad in ("-100000 years", "-1 second"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match=word):
+                conn.execute(statement, (bad,))
+    # Found too: a max_tasks of -1 failed in a LIMIT (2201W).
+    for statement in (
+        "SELECT pgsched.lease_rescue_expired('NORMAL', -1)",
+        "SELECT pgsched.task_promote_due(-1)",
+    ):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_tasks"):
+            conn.execute(statement)
+    assert conn.execute("SELECT status::text FROM pgsched.tasks").fetchall() == [("QUEUED",)]

@@ -393,7 +393,14 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_dies(
     assert "`pgsched scheduler` is deprecated" in once.stderr
     assert "use `pgsched sweeper`" in once.stderr
     names = [line.split(":")[0] for line in once.stdout.splitlines()]
-    assert names == ["promotion", "recurring", "rescue", "retention", "horizon"], once.stdout
+    assert names == [
+        "promotion",
+        "recurring",
+        "rescue",
+        "deadlines",
+        "retention",
+        "horizon",
+    ], once.stdout
 
 
 # -- 5. promotion and rescue ------------------------------------------------------------------
