@@ -158,6 +158,21 @@ def _same_schedule(dsn: str, **params: Any) -> int | None:
     default=None,
     help="With --after: what a parent going DEAD or CANCELLED does to it (default hold).",
 )
+@click.option(
+    "--complete-by",
+    default=None,
+    help="One task's deadline (+2h, ISO 8601; --tz for a wall clock): a miss is reported.",
+)
+@click.option(
+    "--complete-within",
+    default=None,
+    help="With --cron: each occurrence's deadline after its fire time (30m, 2h).",
+)
+@click.option(
+    "--deadline-callback",
+    default=None,
+    help="With a deadline: a task type scheduled when it is missed.",
+)
 @click.pass_obj
 def schedule(
     state: CliState,
@@ -182,6 +197,9 @@ def schedule(
     retry_delays: str | None,
     after: tuple[int, ...],
     on_parent_failure: str | None,
+    complete_by: str | None,
+    complete_within: str | None,
+    deadline_callback: str | None,
 ) -> None:
     """Schedule a task (prints "created task N", or "task N already exists ..." for an
     idempotent duplicate), or with --cron a recurring schedule (prints
@@ -193,6 +211,7 @@ def schedule(
         "--debounce": debounce,
         "--traceparent": traceparent,
         "--retry-delays": retry_delays,
+        "--complete-by": complete_by,
     }
     given = [name for name, value in options.items() if value is not None]
     if cron_expression is not None and given:
@@ -206,6 +225,15 @@ def schedule(
         raise click.UsageError("--after and --cron exclude each other")
     if on_parent_failure is not None and not after:
         raise click.UsageError("--on-parent-failure needs --after")
+    if complete_within is not None and cron_expression is None:
+        raise click.UsageError(
+            "--complete-within is for a --cron schedule; one task takes --complete-by"
+        )
+    within = (
+        None
+        if complete_within is None
+        else parse_duration(complete_within, option="--complete-within")
+    )
     task = {
         "task_type": task_type,
         "payload": payload,
@@ -257,6 +285,8 @@ def schedule(
             metadata=metadata,
             scope=scope,
             product=product,
+            complete_within=within,
+            deadline_callback=deadline_callback,
         )
         click.echo(f"schedule {schedule_id}")
         return
@@ -271,6 +301,9 @@ def schedule(
             click.echo(f"note: {parsed.note}", err=True)
         run_at = parsed.moment
         check_task(**task, run_at=run_at)
+    deadline = None
+    if complete_by is not None:
+        deadline = parse_time(complete_by, zone, option="--complete-by").moment
     task_id = App(dsn).schedule(
         task_type,
         payload,
@@ -289,6 +322,8 @@ def schedule(
         debounce=wait,
         depends_on=list(after) if after else None,
         on_parent_failure=on_parent_failure,
+        complete_by=deadline,
+        deadline_callback=deadline_callback,
     )
     owner = tenant if scope == "tenant" else "_all"
     if task_id.created:

@@ -322,3 +322,44 @@ def test_app_schedules_with_a_deadline_and_a_schedule_with_complete_within(
     with pytest.raises(InvalidTaskError, match="complete_within: seconds or a timedelta"):
         app.schedule_recurring("report", "0 9 * * *", complete_within="soon")  # type: ignore[typeddict-item]
     assert conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (2,)
+
+
+def test_the_command_line_schedules_with_deadlines(
+    conn: psycopg.Connection, db_env: dict[str, str]
+) -> None:
+    done = run_cli(
+        db_env, "schedule", "export", "--complete-by", "+2h", "--deadline-callback", "late"
+    )
+    assert done.returncode == 0, done.stderr
+    row = conn.execute(
+        "SELECT complete_by - now(), deadline_callback FROM pgsched.tasks"
+    ).fetchone()
+    assert row is not None
+    assert timedelta(minutes=119) < row[0] <= timedelta(hours=2) and row[1] == "late"
+    recurring = run_cli(
+        db_env,
+        "schedule",
+        "report",
+        "--cron",
+        "0 9 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--complete-within",
+        "30m",
+    )
+    assert recurring.returncode == 0, recurring.stderr
+    assert conn.execute("SELECT complete_within FROM pgsched.schedules").fetchone() == (
+        timedelta(minutes=30),
+    )
+    for args, message in (
+        (["--complete-within", "30m"], "--complete-within is for a --cron schedule"),
+        (["--cron", "0 9 * * *", "--complete-by", "+1h"], "--complete-by is for one task"),
+        (["--at", "+2h", "--complete-by", "+1h"], "must be after the task is due"),
+        (["--deadline-callback", "late"], "deadline_callback needs complete_by"),
+        (["--complete-by", "soon"], "--complete-by"),
+    ):
+        refused = run_cli(db_env, "schedule", "export", *args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert message in refused.stderr, (args, refused.stderr)
+        assert "Traceback" not in refused.stderr
+    assert conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (2,)
