@@ -128,7 +128,7 @@ def test_completed_in_time_is_met_late_dead_or_cancelled_is_missed(
         dead: ("FAILED", "missed"),
         cancelled: ("CANCELLED", "missed"),
     }
-    details = dict(
+    details: dict[int, str] = dict(
         conn.execute(
             "SELECT task_id, detail FROM pgsched.task_events WHERE detail LIKE 'deadline missed:%%'"
         ).fetchall()
@@ -137,7 +137,7 @@ def test_completed_in_time_is_met_late_dead_or_cancelled_is_missed(
     assert "failed (DEAD lane)" in details[dead]
     assert "cancelled" in details[cancelled]
     assert in_time not in details and plain not in details
-    outcomes = dict(
+    outcomes: dict[int, str | None] = dict(
         conn.execute("SELECT id, deadline_outcome FROM pgsched.tasks WHERE id <> %s", (plain,))
     )
     assert outcomes == {in_time: "met", late: "missed", dead: "missed", cancelled: "missed"}
@@ -320,7 +320,7 @@ def test_app_schedules_with_a_deadline_and_a_schedule_with_complete_within(
     with pytest.raises(InvalidTaskError, match="complete_within"):
         app.schedule_recurring("report", "0 9 * * *", complete_within=-5)
     with pytest.raises(InvalidTaskError, match="complete_within: seconds or a timedelta"):
-        app.schedule_recurring("report", "0 9 * * *", complete_within="soon")  # type: ignore[typeddict-item]
+        app.schedule_recurring("report", "0 9 * * *", complete_within="soon")  # type: ignore[arg-type]
     assert conn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (2,)
 
 

@@ -98,7 +98,7 @@ PROFILE = settings.get_profile("pgsched")
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 text_hostile = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
     max_size=40,
 )
 
