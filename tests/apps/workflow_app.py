@@ -10,6 +10,7 @@ once, one that always fails, and one whose return value is not JSON.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from pgsched import App, RetryPolicy, TaskContext
@@ -63,8 +64,8 @@ def nothing(ctx: TaskContext) -> None:
     return None
 
 
-def _only(results: dict[int | str, Any]) -> Any:
-    values = [v for k, v in results.items() if isinstance(k, int)]
+def _only(results: Mapping[int, Any]) -> Any:
+    values = list(results.values())
     assert len(values) == 1, results
     return values[0]
 

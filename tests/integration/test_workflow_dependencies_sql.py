@@ -123,7 +123,7 @@ def test_release_routes_the_child_as_if_scheduled_then(conn: psycopg.Connection)
     status_, waiting, due, reason = row(conn, child)
     assert (status_, waiting, reason) == ("QUEUED", None, f"released: parent task {b} completed")
     # As if scheduled now: its due time is the release, not its (earlier) scheduling.
-    assert due >= conn.execute("SELECT now()").fetchone()[0] - timedelta(seconds=5)  # type: ignore[index]
+    assert due >= conn.execute("SELECT now()").fetchone()[0] - timedelta(seconds=5)
     assert details(conn, child) == [("PENDING", "QUEUED", reason)]
     assert conn.execute(
         "SELECT count(*) FROM pgsched.task_dependencies WHERE child_id = %s AND met", (child,)
@@ -241,7 +241,7 @@ def test_a_long_chain_cancels_without_recursion(conn: psycopg.Connection) -> Non
         SELECT array_agg(id ORDER BY n) FROM chain
         """,
         (first,),
-    ).fetchone()[0]  # type: ignore[index]
+    ).fetchone()[0]
     conn.execute("SELECT pgsched.cancel_task(%s, 'stop the chain')", (first,))
     assert conn.execute(
         "SELECT count(*) FROM pgsched.tasks WHERE id = ANY(%s) AND status = 'CANCELLED'", (ids,)
@@ -372,7 +372,7 @@ def test_race_parents_finishing_at_once_release_their_child_exactly_once(
         released = conn.execute(
             "SELECT count(*) FROM pgsched.task_events WHERE task_id = %s AND to_status = 'QUEUED'",
             (child,),
-        ).fetchone()[0]  # type: ignore[index]
+        ).fetchone()[0]
         waiting = row(conn, child)[1]
         double += released > 1
         missed += released == 0 or waiting is not None

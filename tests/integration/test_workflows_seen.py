@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from pgsched.observability.metrics import SweeperMetrics
 from tests.support.dashboard_server import env_without_auth, running_dashboard
-from tests.support.worker_helpers import PGSCHED, REPO_ROOT
+from tests.support.paths import REPO_ROOT
+from tests.support.worker_helpers import PGSCHED
 
 
 def schedule(conn: psycopg.Connection, task_type: str = "job", **kwargs: Any) -> int:

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from pgsched import App, ResultTimeoutError, TaskFailedError, TaskNotFoundError
-from tests.support.worker_helpers import PGSCHED, REPO_ROOT
+from tests.support.paths import REPO_ROOT
+from tests.support.worker_helpers import PGSCHED
 
 APP = "tests.apps.workflow_app:app"
 
@@ -118,7 +119,9 @@ def test_a_workflow_runs_its_steps_by_name_and_a_batch_callback_counts_its_membe
     wf.step("charge", "wf_charge", {"order": "B-2", "amount": 5})
     wf.step("email", "wf_step_email", after=["charge"])
     ids = wf.schedule()
-    members = [{"task_type": "wf_member", "payload": {"n": n}} for n in range(5)]
+    members: list[dict[str, Any]] = [
+        {"task_type": "wf_member", "payload": {"n": n}} for n in range(5)
+    ]
     members.append({"task_type": "wf_member", "payload": {"fail": True}, "max_attempts": 1})
     batch = app.batch(members, on_complete={"task_type": "wf_batch_done"})
     workers.start("W1", app=APP)
