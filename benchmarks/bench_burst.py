@@ -38,7 +38,8 @@ What is reported (a table, and JSON):
                  (log_min_duration_statement = 50ms); target: none over 50 ms
   worker memory  each worker process' RSS, sampled every 0.5 s, and its VmHWM at the end
   cpu            cores used by the workers, by Postgres and by everything else on the
-                 machine, from the sweeper's start to the last completion
+                 machine, from the sweeper's start to the last completion, and from D to
+                 the last completion (the drain: µs per task of the workers and Postgres)
   lock waits     every 50 ms, the workers' backends waiting on a lock (pg_stat_activity
                  wait_event_type = 'Lock'), and who blocks them (pg_blocking_pids): a
                  claim blocked by the sweeper's promotion shows here; target: none
@@ -291,6 +292,7 @@ def run(
         deadline = time.monotonic() + slack + cap_s
         done = 0
         promoted_at: datetime | None = None
+        drain_meter: measure.CpuMeter | None = None
         with psycopg.connect(dsn, autocommit=True) as conn:
             while time.monotonic() < deadline:
                 workers.check_alive()
@@ -309,6 +311,9 @@ def run(
                     else:
                         time.sleep(0.25)
                         continue
+                if drain_meter is None and time.time() >= due.timestamp():
+                    drain_meter = measure.CpuMeter(workers.pids, meter.postmaster)
+                    drain_meter.begin()
                 if events_seq(conn) - seq_start >= need:
                     done = int(
                         measure.one(
@@ -324,6 +329,14 @@ def run(
         # Cores used from the sweeper's start to the last completion: the workers, the
         # server, and everything else on the machine (the producer, the samplers, others).
         result["cpu"] = meter.end()
+        # From the due time to the last completion: the drain alone, per task.
+        if drain_meter is not None:
+            cpu = drain_meter.end()
+            result["cpu_drain"] = {
+                **cpu,
+                "workers_us_per_task": round(cpu["clients_cpu_s"] / n * 1e6, 1),
+                "postgres_us_per_task": round(cpu["postgres_cpu_s"] / n * 1e6, 1),
+            }
         measure.note(f"{done:,}/{n:,} completed")
         time.sleep(1.0)  # the last HIGH tasks of the burst run
     finally:
@@ -524,6 +537,7 @@ def table(r: dict[str, Any]) -> str:
     slow = r["slow_claims_logged"] or {}
     locks = r["lock_waits"]
     rss = max(r["worker_vmhwm_mib"].values(), default=None)
+    drain = r.get("cpu_drain") or {}
     last = r["last_start_after_due_s"]
     rows = [
         ("tasks due in the same second", f"{r['tasks']:,}", ""),
@@ -564,11 +578,16 @@ def table(r: dict[str, Any]) -> str:
             f"{slow.get('claims_over_50ms', 'n/a')} claims over 50 ms in the server log",
         ),
         (
-            "cores used: workers / Postgres / the rest",
-            "{} / {} / {}".format(
-                r["cpu"]["clients_cores"], r["cpu"]["postgres_cores"], r["cpu"]["other_cores"]
+            "drain CPU per task: workers / Postgres",
+            "{} / {} µs".format(
+                drain.get("workers_us_per_task"), drain.get("postgres_us_per_task")
             ),
-            f"over {s(r['cpu']['span_s'])}, of {os.cpu_count()} cores",
+            "cores from due to the last completion: {} / {} / the rest {}, of {}".format(
+                drain.get("clients_cores"),
+                drain.get("postgres_cores"),
+                drain.get("other_cores"),
+                os.cpu_count(),
+            ),
         ),
         ("worker memory (peak RSS, VmHWM)", s(rss, "MiB"), "largest of the processes"),
         (

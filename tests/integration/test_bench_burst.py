@@ -50,6 +50,8 @@ def test_burst_smoke(db_dsn: str, tmp_path: Path) -> None:
     assert r["high"]["started"] > 0
     assert r["high"]["during_burst"]["n"] + r["high"]["before_burst"]["n"] > 0
     assert r["lock_waits"]["samples"] > 0
+    assert r["cpu_drain"]["workers_us_per_task"] > 0
+    assert r["cpu_drain"]["postgres_us_per_task"] > 0
     assert all(mib > 0 for mib in r["worker_vmhwm_mib"].values())
     assert len(r["worker_vmhwm_mib"]) == 2
     assert "| last of them started, after due |" in document["markdown"]
