@@ -23,7 +23,7 @@ from tests.support.worker_helpers import (
     wait_until,
 )
 
-HEADER = ["ID", "TENANT_ID", "TASK_TYPE", "ATTEMPTS", "FAILED_AT", "LAST_ERROR"]
+HEADER = ["ID", "TENANT_ID", "TASK_TYPE", "ATTEMPTS", "FAILED_AT", "HOLDING_BACK", "LAST_ERROR"]
 
 # tests/apps/dispatch.py: always_fails retries after exactly 0.4 s, then 1.0 s (no jitter).
 DELAYS = (0.4, 1.0)
