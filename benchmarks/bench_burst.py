@@ -311,7 +311,10 @@ def run(
                     else:
                         time.sleep(0.25)
                         continue
-                if drain_meter is None and time.time() >= due.timestamp():
+                # The drain's meter starts at the due time itself (the loop's second
+                # would miss all of a small run's drain).
+                if drain_meter is None and time.time() >= due.timestamp() - 1.0:
+                    time.sleep(max(due.timestamp() - time.time(), 0.0))
                     drain_meter = measure.CpuMeter(workers.pids, meter.postmaster)
                     drain_meter.begin()
                 if events_seq(conn) - seq_start >= need:
