@@ -74,7 +74,8 @@ def test_unstorable_error_text_and_a_refused_outcome_block_nothing(
     assert final[refused] == "FAILED"
     refused_row = task(conn, refused)
     assert refused_row["attempts"] == 1
-    assert refused_row["last_error"].startswith("outcome could not be stored: 22008")
+    # 22023 (invalid_parameter_value, naming the delay): the documented refusal.
+    assert refused_row["last_error"].startswith("outcome could not be stored: 22023")
     w.wait_log(f"task {refused}: outcome refused by the database")
 
     # More work after the faults is written as usual, and shutdown is prompt.
