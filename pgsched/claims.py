@@ -136,7 +136,7 @@ async def claim_many(
     started = time.time_ns()
     cur = await conn.execute(
         query("task_claim_many"),
-        {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
+        {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease, "as_of": None},
     )
     claimed = await _claimed_rows(conn, cur)
     tracing.claimed(lane, claimed[0], started)

@@ -124,7 +124,8 @@ SELECT
     c.traceparent,
     c.retry_delays,
     coalesce(c.snoozes, 0) AS snoozes
-FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s) AS c;
+-- as_of: NULL for a worker (the database's now); pgsched.testing's drain moves it.
+FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s, %(as_of)s) AS c;
 
 -- name: task_claim_ids
 -- The ids a worker popped from the Redis hot tier, claimed if still QUEUED and due: the

@@ -271,7 +271,7 @@ def _claim(
     params = {"lane": lane, "max_tasks": room, "worker": WORKER_ID, "lease": LEASE, "as_of": as_of}
     started = time.time_ns()
     with conn.cursor(row_factory=task_rows) as cur:
-        tasks = cur.execute(query("testing_claim_due"), params).fetchall()
+        tasks = cur.execute(query("task_claim_many"), params).fetchall()
     tracing.claimed(lane, tasks, started)
     return tasks
 

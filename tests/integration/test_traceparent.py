@@ -21,7 +21,13 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 def claim(conn: psycopg.Connection, lane: str = "NORMAL") -> list[TaskRow]:
     """The worker's own claim statement, its rows bound as the worker binds them."""
     with conn.cursor(row_factory=task_rows) as cur:
-        params = {"lane": lane, "max_tasks": 10, "worker": "w1", "lease": timedelta(seconds=30)}
+        params = {
+            "lane": lane,
+            "max_tasks": 10,
+            "worker": "w1",
+            "lease": timedelta(seconds=30),
+            "as_of": None,
+        }
         return list(cur.execute(query("task_claim_many"), params).fetchall())
 
 

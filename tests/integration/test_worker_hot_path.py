@@ -88,7 +88,13 @@ def claimed_through(db_dsn: str, columns: str) -> list[TaskRow]:
         async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as conn:
             cur = await conn.execute(
                 statement,
-                {"lane": "NORMAL", "max_tasks": 5, "worker": "w-test", "lease": timedelta(60)},
+                {
+                    "lane": "NORMAL",
+                    "max_tasks": 5,
+                    "worker": "w-test",
+                    "lease": timedelta(60),
+                    "as_of": None,
+                },
             )
             tasks, undecodable = await _claimed_rows(conn, cur)
         assert undecodable == []
