@@ -16,7 +16,8 @@ import threading
 from typing import TYPE_CHECKING, Any, cast
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
-from psycopg_pool.pool import MaintenanceTask
+from psycopg_pool.pool import AddConnection, MaintenanceTask
+from psycopg_pool.pool_async import AddConnection as AsyncAddConnection
 from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
 # The longest a pool waits before trying a lost connection again.
@@ -88,6 +89,12 @@ class PromptAsyncPool(_ReconnectsNow, AsyncConnectionPool):
         super().__init__(*args, **kwargs)
 
     async def schedule_task(self, task: AsyncMaintenanceTask, delay: float) -> None:
+        # Only reconnections: the pool's idle-connection shrink must keep its own period
+        # (`max_idle`); run every second, it closed a just-opened connection before its
+        # first use, and a process short of server slots lost the slot to another pool.
+        if not isinstance(task, AsyncAddConnection):
+            await super().schedule_task(task, delay)
+            return
         deferred = _AsyncDeferred(task, self._deferred)
         await super().schedule_task(
             cast(AsyncMaintenanceTask, deferred), min(delay, RECONNECT_INTERVAL_S)
@@ -103,5 +110,8 @@ class PromptPool(_ReconnectsNow, ConnectionPool):
         super().__init__(*args, **kwargs)
 
     def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
+        if not isinstance(task, AddConnection):  # see PromptAsyncPool.schedule_task
+            super().schedule_task(task, delay)
+            return
         deferred = _Deferred(task, self._deferred)
         super().schedule_task(cast(MaintenanceTask, deferred), min(delay, RECONNECT_INTERVAL_S))
