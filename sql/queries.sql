@@ -340,7 +340,9 @@ SELECT
     tasks,
     idempotency_keys,
     occurrences,
-    ledger
+    ledger,
+    dependencies,
+    result_waiters
 FROM pgsched.retention_prune(%(keep)s, %(max_rows)s, %(now)s);
 
 -- name: finished_partitions_maintain

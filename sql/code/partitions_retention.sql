@@ -17,7 +17,10 @@ CREATE OR REPLACE FUNCTION pgsched.retention_prune(
     keep interval DEFAULT '30 days',
     max_rows integer DEFAULT 10000,
     as_of timestamptz DEFAULT NULL
-) RETURNS TABLE (tasks bigint, events bigint, idempotency_keys bigint, occurrences bigint, ledger bigint)
+) RETURNS TABLE (
+    tasks bigint, events bigint, idempotency_keys bigint, occurrences bigint, ledger bigint,
+    dependencies bigint, result_waiters bigint
+)
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -29,6 +32,8 @@ DECLARE
     n_windows bigint;
     n_occurrences bigint;
     n_ledger bigint;
+    n_dependencies bigint;
+    n_waiters bigint;
 BEGIN
     SELECT least(cutoff, min(p.lower_bound)) INTO row_cutoff
       FROM pgsched.finished_partitions() AS p
@@ -96,10 +101,37 @@ BEGIN
        AND w.idempotency_key = old.idempotency_key;
     GET DIAGNOSTICS n_ledger = ROW_COUNT;
 
-    RETURN QUERY SELECT n_tasks, 0::bigint, n_keys, n_occurrences, n_ledger;
+    -- Workflow edges with either end gone (deleted above, or dropped with its partition),
+    -- and result waiters of tasks gone: a task's workflow bookkeeping expires with it. A
+    -- row is no older than its tasks, so none newer than the cutoff can qualify: the
+    -- created_at index is read from the oldest and stops at the cutoff.
+    WITH old AS (
+        SELECT d.parent_id, d.child_id FROM pgsched.task_dependencies AS d
+         WHERE d.created_at < cutoff
+           AND (NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = d.child_id)
+                OR NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = d.parent_id))
+         ORDER BY d.created_at
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.task_dependencies AS d USING old
+     WHERE d.parent_id = old.parent_id AND d.child_id = old.child_id;
+    GET DIAGNOSTICS n_dependencies = ROW_COUNT;
+
+    WITH old AS (
+        SELECT w.task_id, w.token FROM pgsched.task_result_waiters AS w
+         WHERE w.created_at < cutoff
+           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = w.task_id)
+         ORDER BY w.created_at
+         LIMIT max_rows
+    )
+    DELETE FROM pgsched.task_result_waiters AS w USING old
+     WHERE w.task_id = old.task_id AND w.token = old.token;
+    GET DIAGNOSTICS n_waiters = ROW_COUNT;
+
+    RETURN QUERY SELECT n_tasks, 0::bigint, n_keys, n_occurrences, n_ledger, n_dependencies, n_waiters;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.retention_prune(interval, integer, timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys and ended unique_for or debounce windows, progress reports, occurrences and ledger rows no longer used) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
+COMMENT ON FUNCTION pgsched.retention_prune(interval, integer, timestamp with time zone) IS 'The retention sweep: deletes, in batches of max_rows, the bookkeeping older than keep (idempotency keys and ended unique_for or debounce windows, progress reports, occurrences and ledger rows no longer used, workflow edges and result waiters of tasks gone) and finished tasks that no dated partition holds. ctx.once keys, the DEAD lane and its history are kept. Returns the counts.';
 REVOKE ALL ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.retention_prune(interval, integer, timestamptz) TO pgsched_worker, pgsched_admin;
 

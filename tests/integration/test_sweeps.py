@@ -640,7 +640,14 @@ def test_retention_prunes_old_finished_work_and_keeps_live_and_dead_tasks(
     pruned = RetentionSweep(keep=timedelta(days=30)).run_once(conn, db_now(conn))
 
     # Nothing else: the partitions were made ahead and none has expired yet.
-    assert pruned == {"tasks": 2, "idempotency_keys": 1, "occurrences": 0, "ledger": 0}
+    assert pruned == {
+        "tasks": 2,
+        "idempotency_keys": 1,
+        "occurrences": 0,
+        "ledger": 0,
+        "dependencies": 0,
+        "result_waiters": 0,
+    }
     assert not task_exists(conn, done_old) and not task_exists(conn, cancelled_old)
     for kept in (dead_old, done_recent, queued_old, pending_old, running_old):
         assert task_exists(conn, kept), kept
@@ -658,7 +665,14 @@ def test_retention_prunes_old_finished_work_and_keeps_live_and_dead_tasks(
 
     # Twice is harmless: nothing more goes.
     again = RetentionSweep(keep=timedelta(days=30)).run_once(conn, db_now(conn))
-    assert again == {"tasks": 0, "idempotency_keys": 0, "occurrences": 0, "ledger": 0}
+    assert again == {
+        "tasks": 0,
+        "idempotency_keys": 0,
+        "occurrences": 0,
+        "ledger": 0,
+        "dependencies": 0,
+        "result_waiters": 0,
+    }
     assert table_counts(conn) == after
 
 
@@ -679,7 +693,14 @@ def test_retention_keeps_once_keys_forever_and_counts_the_ledger_apart(
 
     pruned = RetentionSweep(keep=timedelta(days=30)).run_once(conn, db_now(conn))
 
-    assert pruned == {"tasks": 1, "idempotency_keys": 1, "occurrences": 0, "ledger": 1}
+    assert pruned == {
+        "tasks": 1,
+        "idempotency_keys": 1,
+        "occurrences": 0,
+        "ledger": 1,
+        "dependencies": 0,
+        "result_waiters": 0,
+    }
     assert conn.execute(ledger).fetchall() == [("r#once", "welcome-email")]
     assert conn.execute(once, (keyed,)).fetchone() == (False,)  # still once, a year on
 
