@@ -169,6 +169,15 @@ class LaneLoop:
                 log.warning("claim on lane %s failed (%s); retrying", self.lane, exc)
                 await asyncio.sleep(0.5)
                 continue
+            if log.isEnabledFor(logging.DEBUG):
+                # Read by benchmarks/bench_held_horizon.py: a claim's cost, round trip included.
+                log.debug(
+                    "claim on lane %s: %d of %d rows in %.3f ms",
+                    self.lane,
+                    len(tasks),
+                    want,
+                    (time.monotonic() - sent) * 1e3,
+                )
             if self._limiter is not None:
                 self._limiter.take(len(tasks))
             for task in tasks:
