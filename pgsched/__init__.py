@@ -17,13 +17,14 @@ from pgsched.lanes import Lane
 from pgsched.loop_local import LoopLocal
 from pgsched.retry import RetryPolicy
 from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
-from pgsched.workflows import Batch, Workflow
+from pgsched.workflows import AsyncWorkflow, Batch, Workflow
 
 __version__ = "0.1.0"
 
 __all__ = [
     "App",
     "AsyncApp",
+    "AsyncWorkflow",
     "Batch",
     "BatchStatus",
     "CancelCounts",

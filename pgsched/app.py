@@ -31,9 +31,6 @@ from pgsched import producer, tracing
 from pgsched.dsn import resolve_dsn
 from pgsched.errors import (
     InvalidLimitError,
-    InvalidTaskError,
-    ResultTimeoutError,
-    TaskFailedError,
     translate,
 )
 from pgsched.handlers import (
@@ -49,8 +46,8 @@ from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
 from pgsched.producer import CancelWhereOptions, RecurringOptions, ScheduleOptions
 from pgsched.queries import column_index, query
 from pgsched.retry import RetryDecision, RetryPolicy
-from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
-from pgsched.workflows import Batch, Workflow, batch_params
+from pgsched.tasks import Batch, CancelCounts, CancelResult, ScheduledTask, TaskSpec
+from pgsched.workflows import Workflow, WorkflowSteps
 
 if TYPE_CHECKING:
     from pgsched.hot_tier.feed import ScheduleFeed
@@ -324,11 +321,12 @@ class App:
         return Workflow(key, tenant_id, _run=self._schedule_workflow)
 
     def _schedule_workflow(
-        self, workflow: Workflow, conn: psycopg.Connection[Any] | None
+        self, workflow: WorkflowSteps, conn: psycopg.Connection[Any] | None
     ) -> list[dict[str, Any]]:
+        call = producer.workflow_call(workflow)
         with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
             try:
-                return cur.execute(query("task_schedule_workflow"), workflow.params()).fetchall()
+                return cur.execute(query(call.name), call.params).fetchall()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
 
@@ -344,16 +342,13 @@ class App:
         once when every member has finished, COMPLETED, DEAD or CANCELLED; in it,
         `ctx.batch` counts them and lists their ids. Its wait is a counter: a batch of a
         million members costs no scan. One tenant (`tenant_id`) for the whole batch."""
-        specs = producer.task_specs(tasks)
-        callback = producer.task_spec(on_complete)
-        params = batch_params(specs, callback, tenant_id)
+        call = producer.batch_call(tasks, on_complete, tenant_id)
         with self._connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
             try:
-                row = cur.execute(query("task_schedule_batch"), params).fetchone()
+                row = cur.execute(query(call.name), call.params).fetchone()
             except psycopg.Error as exc:
                 raise translate(exc) from exc
-        assert row is not None
-        return Batch(row["callback_id"], list(row["member_ids"]))
+        return producer.batch_result(row)
 
     def result(self, task_id: int, *, timeout: float | None = None) -> Any:
         """Wait for the task to finish and return its handler's return value (None when it
@@ -361,8 +356,7 @@ class App:
         which, and why), ResultTimeoutError when `timeout` seconds pass first,
         TaskNotFoundError for an unknown id. Waits on LISTEN pgsched_result: the task
         finishing wakes it, nothing polls."""
-        if timeout is not None and not timeout >= 0:
-            raise InvalidTaskError(f"timeout must be 0 or more seconds, got {timeout}")
+        timeout = producer.result_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         token = uuid.uuid4()
         with psycopg.connect(self.dsn, autocommit=True) as c:
@@ -376,17 +370,12 @@ class App:
                             ).fetchone()
                         except psycopg.Error as exc:
                             raise translate(exc) from exc
-                    assert row is not None
-                    if row["status"] == "COMPLETED":
-                        return row["result"]
-                    if row["status"] in ("FAILED", "CANCELLED"):
-                        raise TaskFailedError(task_id, row["status"], row["reason"])
+                    outcome = producer.finished_result(task_id, row)
+                    if not isinstance(outcome, producer.NotFinished):
+                        return outcome
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
-                        raise ResultTimeoutError(
-                            f"task {task_id} did not finish within {timeout}s "
-                            f"(it is {row['status']})"
-                        )
+                        raise producer.result_timed_out(task_id, timeout, outcome)
                     self._await_finish(c, task_id, left)
             finally:
                 with contextlib.suppress(psycopg.Error):

@@ -11,7 +11,8 @@
 Each call is the same as App's (the same checks, named statement and arguments, from
 `pgsched.producer`), awaited. With `conn=` (a caller's `psycopg.AsyncConnection`) the task
 is written inside the caller's transaction; without, a pooled connection runs it and it is
-committed at once. `result` waits for a task's return value as App.result does.
+committed at once. `depends_on`, `workflow`, `batch` and `result` (which waits for a
+task's return value on LISTEN) are App's too.
 
 The pool opens on first use, so building an AsyncApp starts nothing (a web framework's
 start-up hook need not know about it); `await app.close()` (or `async with AsyncApp(...)`)
@@ -39,18 +40,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgsched import producer, tracing
 from pgsched.dsn import resolve_dsn
-from pgsched.errors import (
-    ConfigError,
-    InvalidTaskError,
-    ResultTimeoutError,
-    TaskFailedError,
-    translate,
-)
+from pgsched.errors import ConfigError, translate
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, parse_prepare_threshold
 from pgsched.pools import PromptAsyncPool
 from pgsched.producer import CancelWhereOptions, RecurringOptions, ScheduleOptions
 from pgsched.queries import column_index, query
-from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
+from pgsched.tasks import Batch, CancelCounts, CancelResult, ScheduledTask, TaskSpec
+from pgsched.workflows import AsyncWorkflow, WorkflowSteps
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -225,13 +221,44 @@ class AsyncApp:
             raise RuntimeError("statement 'schedule_recurring' returned no row")
         return int(row["schedule_id"])
 
+    def workflow(self, key: str | None = None, *, tenant_id: str = "default") -> AsyncWorkflow:
+        """App.workflow, awaited: build with `.step(name, task_type, payload, after=[...])`,
+        write with `await wf.schedule()` (`conn=`: a caller's AsyncConnection), every step
+        in one transaction. Under `key`, scheduling it again returns the same ids, created
+        False. One tenant for the whole workflow."""
+        return AsyncWorkflow(key, tenant_id, _run=self._schedule_workflow)
+
+    async def _schedule_workflow(
+        self, workflow: WorkflowSteps, conn: AsyncConn | None
+    ) -> list[dict[str, Any]]:
+        call = producer.workflow_call(workflow)
+        async with self._connection(conn) as c:
+            try:
+                async with c.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(query(call.name), call.params)
+                    return await cur.fetchall()
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+
+    async def batch(
+        self,
+        tasks: Iterable[TaskSpec | Mapping[str, Any]],
+        *,
+        on_complete: TaskSpec | Mapping[str, Any],
+        tenant_id: str = "default",
+        conn: AsyncConn | None = None,
+    ) -> Batch:
+        """App.batch, awaited: members and a callback that runs once every member has
+        finished (COMPLETED, DEAD or CANCELLED). One tenant for the whole batch."""
+        call = producer.batch_call(tasks, on_complete, tenant_id)
+        return producer.batch_result(await self._one(call, conn))
+
     async def result(self, task_id: int, *, timeout: float | None = None) -> Any:
         """App.result, awaited: wait for the task to finish and return its handler's return
         value. Raises TaskFailedError (DEAD or CANCELLED), ResultTimeoutError, or
         TaskNotFoundError. Waits on LISTEN pgsched_result on a connection of its own (not
         the pool's: a LISTEN must not outlive the call on a pooled session); nothing polls."""
-        if timeout is not None and not timeout >= 0:
-            raise InvalidTaskError(f"timeout must be 0 or more seconds, got {timeout}")
+        timeout = producer.result_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         token = uuid.uuid4()
@@ -247,17 +274,12 @@ class AsyncApp:
                         except psycopg.Error as exc:
                             raise translate(exc) from exc
                         row = await cur.fetchone()
-                    assert row is not None
-                    if row["status"] == "COMPLETED":
-                        return row["result"]
-                    if row["status"] in ("FAILED", "CANCELLED"):
-                        raise TaskFailedError(task_id, row["status"], row["reason"])
+                    outcome = producer.finished_result(task_id, row)
+                    if not isinstance(outcome, producer.NotFinished):
+                        return outcome
                     left = None if deadline is None else deadline - loop.time()
                     if left is not None and left <= 0:
-                        raise ResultTimeoutError(
-                            f"task {task_id} did not finish within {timeout}s "
-                            f"(it is {row['status']})"
-                        )
+                        raise producer.result_timed_out(task_id, timeout, outcome)
                     await self._await_finish(c, task_id, left)
             finally:
                 with contextlib.suppress(psycopg.Error):

@@ -17,15 +17,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from pgsched.cron import CronSchedule
-from pgsched.errors import InvalidTaskError
+from pgsched.errors import InvalidTaskError, ResultTimeoutError, TaskFailedError
 from pgsched.retry import retry_delay_list
-from pgsched.tasks import CancelCounts, CancelResult, ScheduledTask, TaskSpec
+from pgsched.tasks import Batch, CancelCounts, CancelResult, ScheduledTask, TaskSpec
 
 SCHEDULE_CHUNK = 20_000
 
@@ -384,3 +384,92 @@ def dead_retry_call(
 
 def dead_discard_call(task_id: int, reason: str = "discarded from the DEAD lane") -> Call:
     return Call("dead_discard", {"task_id": task_id, "reason": reason})
+
+
+# -- workflows, batches and results (sql/code/workflows.sql) --------------------------------
+
+
+class WorkflowParams(Protocol):
+    """What `workflow_call` needs of a workflow (pgsched.workflows.WorkflowSteps)."""
+
+    def params(self) -> dict[str, Any]: ...
+
+
+def workflow_call(workflow: WorkflowParams) -> Call:
+    """A workflow's steps in one call: `task_schedule_workflow`, one row (step, task_id,
+    created) per step, read by `pgsched.workflows.workflow_tasks`."""
+    return Call("task_schedule_workflow", workflow.params())
+
+
+def batch_call(
+    tasks: Iterable[TaskSpec | Mapping[str, Any]],
+    on_complete: TaskSpec | Mapping[str, Any],
+    tenant_id: str = "default",
+) -> Call:
+    """Members and a callback: `task_schedule_batch`, whose row `batch_result` reads. The
+    members are checked as `schedule_many` checks them; all are of `tenant_id`."""
+    members = task_specs(tasks)
+    callback = task_spec(on_complete)
+    if not members:
+        raise InvalidTaskError("a batch needs at least one member")
+    for index, spec in enumerate(members):
+        if spec.tenant_id != tenant_id:
+            raise InvalidTaskError(
+                f"tasks[{index}]: tenant_id {spec.tenant_id!r}: a batch belongs to one tenant "
+                f"({tenant_id!r})"
+            )
+    params = {
+        "task_types": [s.task_type for s in members],
+        "payloads": [Jsonb(s.payload) for s in members],
+        "on_complete_type": callback.task_type,
+        "on_complete_payload": Jsonb(callback.payload),
+        "tenant_id": tenant_id,
+        "priorities": [s.priority for s in members],
+        "max_attempts": [s.max_attempts for s in members],
+        "lanes": [s.lane for s in members],
+        "metadatas": [Jsonb(s.metadata) for s in members],
+        "on_complete_priority": callback.priority,
+        "on_complete_max_attempts": callback.max_attempts,
+        "on_complete_lane": callback.lane,
+    }
+    return Call("task_schedule_batch", params)
+
+
+def batch_result(row: Mapping[str, Any] | None) -> Batch:
+    if row is None:
+        raise RuntimeError("statement 'task_schedule_batch' returned no row")
+    return Batch(row["callback_id"], list(row["member_ids"]))
+
+
+def result_timeout(timeout: float | None) -> float | None:
+    """`result`'s timeout, checked: None (wait for ever) or 0 or more seconds."""
+    if timeout is not None and not timeout >= 0:
+        raise InvalidTaskError(f"timeout must be 0 or more seconds, got {timeout}")
+    return timeout
+
+
+class NotFinished:
+    """`finished_result` of a task that has not finished: its status, to name in a timeout."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+
+def finished_result(task_id: int, row: Mapping[str, Any] | None) -> Any:
+    """What a `task_outcome` row means for a caller of `result`: the handler's return value
+    once COMPLETED, TaskFailedError once DEAD or CANCELLED, else a NotFinished."""
+    if row is None:
+        raise RuntimeError("statement 'task_outcome' returned no row")
+    if row["status"] == "COMPLETED":
+        return row["result"]
+    if row["status"] in ("FAILED", "CANCELLED"):
+        raise TaskFailedError(task_id, row["status"], row["reason"])
+    return NotFinished(row["status"])
+
+
+def result_timed_out(
+    task_id: int, timeout: float | None, waiting: NotFinished
+) -> ResultTimeoutError:
+    return ResultTimeoutError(
+        f"task {task_id} did not finish within {timeout}s (it is {waiting.status})"
+    )

@@ -142,6 +142,14 @@ class CancelResult:
 
 
 @dataclass(frozen=True)
+class Batch:
+    """A scheduled batch: its callback task's id and its members' ids, in input order."""
+
+    callback_id: int
+    member_ids: list[int]
+
+
+@dataclass(frozen=True)
 class CancelCounts:
     """What cancelling by filter did (or, for a dry run, would do): tasks cancelled at
     once, and running tasks whose workers were asked to stop them."""

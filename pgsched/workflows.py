@@ -12,33 +12,36 @@
 
 A step is a task whose parents are the steps it names in `after`
 (`pgsched.schedule_workflow`); a batch's callback waits for every member whatever its
-outcome (`pgsched.schedule_batch`) and reads the counts with `ctx.batch`.
+outcome (`pgsched.schedule_batch`) and reads the counts with `ctx.batch`. `AsyncApp.workflow`
+builds an `AsyncWorkflow`: the same steps, `await wf.schedule()`. What a workflow or a batch
+binds to its statement is `pgsched.producer`'s (`workflow_call`, `batch_call`), for both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from psycopg.types.json import Jsonb
 
 from pgsched.errors import InvalidTaskError
 from pgsched.producer import task_spec
-from pgsched.tasks import ScheduledTask, TaskSpec
+from pgsched.tasks import Batch, ScheduledTask
+
+__all__ = ["AsyncWorkflow", "Batch", "Workflow", "WorkflowSteps"]
 
 
 @dataclass
-class Workflow:
-    """Named steps to schedule together (`App.workflow`); `schedule` writes them all in one
-    transaction. Under a `key`, scheduling it again returns the same ids (created False)."""
+class WorkflowSteps:
+    """Named steps to schedule together: what `Workflow` (App) and `AsyncWorkflow`
+    (AsyncApp) share. Under a `key`, scheduling them again returns the same ids (created
+    False)."""
 
     key: str | None = None
     tenant_id: str = "default"
     steps: list[dict[str, Any]] = field(default_factory=list)
-    # Set by App.workflow: runs the statement on a connection.
-    _run: Any = field(default=None, repr=False)
 
     def step(
         self,
@@ -53,7 +56,7 @@ class Workflow:
         lane: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         on_parent_failure: str | None = None,
-    ) -> Workflow:
+    ) -> Self:
         """Add a step; it runs once every step named in `after` has completed
         (`on_parent_failure`: hold, cancel or run when one goes DEAD or is cancelled).
         Returns the workflow, so steps chain."""
@@ -93,45 +96,40 @@ class Workflow:
     def params(self) -> dict[str, Any]:
         return {"steps": Jsonb(self.steps), "workflow_key": self.key, "tenant_id": self.tenant_id}
 
+
+@dataclass
+class Workflow(WorkflowSteps):
+    """`App.workflow`'s steps; `schedule` writes them all in one transaction."""
+
+    # Set by App.workflow: runs the statement on a connection, returns its rows.
+    _run: Callable[[WorkflowSteps, Any], list[dict[str, Any]]] | None = field(
+        default=None, repr=False
+    )
+
     def schedule(self, conn: Any = None) -> dict[str, ScheduledTask]:
         """Write every step in one transaction; returns each step's task by name."""
         if self._run is None:
             raise RuntimeError("a Workflow is scheduled through the App that made it")
-        rows = self._run(self, conn)
-        return {row["step"]: ScheduledTask(row["task_id"], row["created"]) for row in rows}
+        return workflow_tasks(self._run(self, conn))
 
 
-@dataclass(frozen=True)
-class Batch:
-    """A scheduled batch: its callback task's id and its members' ids, in input order."""
+@dataclass
+class AsyncWorkflow(WorkflowSteps):
+    """`AsyncApp.workflow`'s steps; `await schedule()` writes them all in one transaction."""
 
-    callback_id: int
-    member_ids: list[int]
+    # Set by AsyncApp.workflow: runs the statement on an async connection.
+    _run: Callable[[WorkflowSteps, Any], Awaitable[list[dict[str, Any]]]] | None = field(
+        default=None, repr=False
+    )
+
+    async def schedule(self, conn: Any = None) -> dict[str, ScheduledTask]:
+        """Write every step in one transaction (`conn`: a caller's AsyncConnection);
+        returns each step's task by name."""
+        if self._run is None:
+            raise RuntimeError("an AsyncWorkflow is scheduled through the AsyncApp that made it")
+        return workflow_tasks(await self._run(self, conn))
 
 
-def batch_params(
-    specs: Iterable[TaskSpec], on_complete: TaskSpec, tenant_id: str
-) -> dict[str, Any]:
-    members = list(specs)
-    if not members:
-        raise InvalidTaskError("a batch needs at least one member")
-    for index, spec in enumerate(members):
-        if spec.tenant_id != tenant_id:
-            raise InvalidTaskError(
-                f"tasks[{index}]: tenant_id {spec.tenant_id!r}: a batch belongs to one tenant "
-                f"({tenant_id!r})"
-            )
-    return {
-        "task_types": [s.task_type for s in members],
-        "payloads": [Jsonb(s.payload) for s in members],
-        "on_complete_type": on_complete.task_type,
-        "on_complete_payload": Jsonb(on_complete.payload),
-        "tenant_id": tenant_id,
-        "priorities": [s.priority for s in members],
-        "max_attempts": [s.max_attempts for s in members],
-        "lanes": [s.lane for s in members],
-        "metadatas": [Jsonb(s.metadata) for s in members],
-        "on_complete_priority": on_complete.priority,
-        "on_complete_max_attempts": on_complete.max_attempts,
-        "on_complete_lane": on_complete.lane,
-    }
+def workflow_tasks(rows: Sequence[Mapping[str, Any]]) -> dict[str, ScheduledTask]:
+    """Each step's task by name, from the rows of `task_schedule_workflow`."""
+    return {row["step"]: ScheduledTask(row["task_id"], row["created"]) for row in rows}
