@@ -336,10 +336,23 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
         {"task_type": None, "tenant_id": None, "status": "COMPLETED"},
         {"task_type": None, "tenant_id": None, "status": "FAILED"},
         {"task_type": None, "tenant_id": None, "idempotency_key": "key-20"},
+        {
+            "task_type": None,
+            "tenant_id": None,
+            "due_from": "@five_hours_ago",
+            "due_until": "@four_hours_ago",
+        },
+        {"task_type": None, "tenant_id": None, "due_until": "@five_hours_ago"},
     ],
     "dashboard_task_count": [
         {"task_type": "type_3", "tenant_id": None},
         {"task_type": None, "tenant_id": None, "status": "COMPLETED"},
+        {
+            "task_type": None,
+            "tenant_id": None,
+            "due_from": "@five_hours_ago",
+            "due_until": "@four_hours_ago",
+        },
     ],
     "dead_page": [{}, {"task_type": None, "tenant_id": None}],
     "dead_retry": [{"task_id": "@dead_id", "task_type": None}],
@@ -354,6 +367,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
 }
 # Parameters of one statement that differ from the same name's elsewhere.
 FIXED: dict[str, dict[str, Any]] = {
+    # A search by a filter is not a search by id too (only the variant naming an id is).
+    "dashboard_task_search": {"task_id": None},
+    "dashboard_task_count": {"task_id": None},
     "task_schedule_many": {"max_attempts": [3]},
     "task_schedule_one": {"retry_delays": None},
     "schedule_recurring": {"catch_up_limit": 1},
@@ -474,6 +490,9 @@ def statement_uses(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         "hot_id": hot_id,
         "in_two_days": measure.one(conn, "SELECT now() + interval '2 days 1 hour'"),
         "in_an_hour": measure.one(conn, "SELECT now() + interval '1 hour'"),
+        # Inside the finished tasks' ten hours: a search by due time.
+        "five_hours_ago": measure.one(conn, "SELECT now() - interval '5 hours'"),
+        "four_hours_ago": measure.one(conn, "SELECT now() - interval '4 hours'"),
     }
     conn.execute("LOAD 'auto_explain'")
     for setting in (

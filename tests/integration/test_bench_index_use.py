@@ -52,6 +52,8 @@ def test_index_use_smoke(db_dsn: str, tmp_path: Path) -> None:
     assert "task_claim_many" in by_index["tasks_hot_tenant_idx"]["used_by"]
     assert "task_promote_due" in by_index["tasks_cold_promotable_idx"]["used_by"]
     assert "task_timeline" in by_index["task_events_task_idx"]["used_by"]
+    # A search by due time reads each big tier's due index: the finished tier's too.
+    assert "dashboard_task_search" in by_index["tasks_finished_due_idx"]["used_by"]
     # Partitions are reported by their tier's index, their sizes summed.
     assert "tasks_finished_archive_type_idx" in by_index["tasks_finished_type_idx"]["partitions"]
     assert by_index["tasks_finished_type_idx"]["bytes"] > 0
