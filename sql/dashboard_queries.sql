@@ -534,6 +534,39 @@ FROM (
 WHERE r.n <= 100
 ORDER BY r.relation DESC, r.id ASC;
 
+-- name: dashboard_task_batch
+-- The batch a task is the callback of, or a member of: its size, its members by outcome
+-- and its callback's status, read off the callback's own row (waiting_for and the
+-- parents_* counters that task_dependencies_settle keeps as members finish), never off
+-- its members, however many. A member finds its callback among its first 100 children,
+-- by the key of task_dependencies (parent first).
+SELECT
+    cb.id AS callback_id,
+    cb.task_type AS callback_type,
+    cb.status::text AS callback_status,
+    (cb.metadata ->> 'pgsched_batch_size')::bigint AS total,
+    coalesce(cb.parents_completed, 0) AS completed,
+    coalesce(cb.parents_dead, 0) AS dead,
+    coalesce(cb.parents_cancelled, 0) AS cancelled,
+    coalesce(cb.waiting_for, 0) AS waiting,
+    cb.id = %(task_id)s AS is_callback
+FROM pgsched.tasks AS cb
+WHERE
+    cb.metadata ? 'pgsched_batch_size'
+    AND cb.id IN (
+        SELECT %(task_id)s::bigint
+        UNION ALL
+        (
+            SELECT d.child_id
+            FROM pgsched.task_dependencies AS d
+            WHERE d.parent_id = %(task_id)s
+            ORDER BY d.child_id
+            LIMIT 100
+        )
+    )
+ORDER BY cb.id
+LIMIT 1;
+
 -- name: dashboard_task_outcomes
 -- Per-tenant outcomes of a fan-out parent: its children, one per tenant.
 SELECT

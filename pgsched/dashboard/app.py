@@ -532,7 +532,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         task_id = path_id(request)
         after = request.query_params.get("events_after", "").strip()
         events_after = parse_id("events_after", after, "an event id") if after else 0
-        row, events, outcomes, counted, graph = await asyncio.gather(
+        row, events, outcomes, counted, graph, batch = await asyncio.gather(
             db.row("dashboard_task", {"task_id": task_id}),
             db.rows(
                 "dashboard_task_events",
@@ -541,6 +541,7 @@ def create_app(config: DashboardConfig) -> Starlette:
             db.rows("dashboard_task_outcomes", {"task_id": task_id}),
             db.row("dashboard_task_event_count", {"task_id": task_id, "after_id": events_after}),
             db.rows("dashboard_task_graph", {"task_id": task_id}),
+            db.row("dashboard_task_batch", {"task_id": task_id}),
         )
         if row is None:
             raise HTTPException(404, f"no task {task_id}")
@@ -569,6 +570,7 @@ def create_app(config: DashboardConfig) -> Starlette:
                 "outcomes": outcomes,
                 "parents": [g for g in graph if g["relation"] == "parent"],
                 "children": [g for g in graph if g["relation"] == "child"],
+                "batch": batch,
                 "events_first": int(counted["before"]) + 1 if counted else 1,
                 "events_total": total,
                 "events_next": events[-1]["id"] if more else None,

@@ -192,6 +192,9 @@ BEGIN
 
         WITH counted AS (
             SELECT e.child_id, count(*) AS k, max(e.parent_id) AS last_parent,
+                   count(*) FILTER (WHERE e.status = 'COMPLETED') AS k_completed,
+                   count(*) FILTER (WHERE e.status = 'FAILED') AS k_dead,
+                   count(*) FILTER (WHERE e.status = 'CANCELLED') AS k_cancelled,
                    bool_and(e.status = 'COMPLETED') AS all_completed,
                    (array_agg(e.status ORDER BY e.parent_id DESC))[1] AS last_status
               FROM unnest(e_parent, e_child, e_status, e_policy) AS e(parent_id, child_id, status, policy)
@@ -201,6 +204,11 @@ BEGIN
         changed AS (
             UPDATE pgsched.tasks AS tk
                SET waiting_for = nullif(greatest(tk.waiting_for - c.k, 0), 0),
+                   -- By outcome, for a batch's progress (the dashboard): on this row, in
+                   -- this UPDATE, so a finishing parent writes nothing more.
+                   parents_completed = nullif(coalesce(tk.parents_completed, 0) + c.k_completed, 0),
+                   parents_dead = nullif(coalesce(tk.parents_dead, 0) + c.k_dead, 0),
+                   parents_cancelled = nullif(coalesce(tk.parents_cancelled, 0) + c.k_cancelled, 0),
                    status = CASE WHEN tk.waiting_for - c.k > 0 THEN tk.status
                                  ELSE pgsched.tier_status(pgsched.tier_of(
                                      greatest(tk.next_run_at, t), h.immediate_until, h.hot_until)) END,

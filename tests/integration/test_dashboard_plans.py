@@ -161,6 +161,7 @@ STATEMENTS: list[tuple[str, dict[str, Any]]] = [
     ("dashboard_task_events", {"task_id": 12345, "after_id": 0, "max_rows": 101}),
     ("dashboard_task_event_count", {"task_id": 12345, "after_id": 0}),
     ("dashboard_task_outcomes", {"task_id": 12345}),
+    ("dashboard_task_batch", {"task_id": 12345}),
     ("dashboard_schedules", {"max_rows": 200}),
     ("dashboard_workers", {}),
     ("dashboard_worker_leases", {"max_rows": 200}),

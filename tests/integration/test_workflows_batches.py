@@ -13,6 +13,8 @@ import pytest
 from psycopg import errors
 
 from pgsched import App, InvalidTaskError, TaskSpec
+from pgsched.queries import query
+from tests.support.query_plans import explain, plan_nodes
 
 
 def claim(conn: psycopg.Connection, lane: str = "NORMAL") -> dict[int, Any]:
@@ -177,6 +179,25 @@ def test_a_million_member_batch_waits_on_a_counter(conn: psycopg.Connection) -> 
     callback, n = row
     assert n == 1_000_000
     assert status(conn, callback) == ("PENDING", 1_000_000)
+    # A thousand members end: the dashboard's batch progress reads the callback's
+    # counters, from the callback's page and from a member's, not the million members.
+    conn.execute(
+        "UPDATE pgsched.tasks SET status = 'CANCELLED', updated_at = now()"
+        " WHERE status = 'PENDING' AND id >= %s AND id < %s",
+        (callback - 1000, callback),
+    )
+    conn.execute("ANALYZE pgsched.task_dependencies, pgsched.tasks_cold")
+    for page in (callback, callback - 1):
+        plan = explain(conn, query("dashboard_task_batch"), {"task_id": page}, analyze=True)
+        read = sum(
+            int(n.get("Shared Hit Blocks", 0)) + int(n.get("Shared Read Blocks", 0))
+            for n in plan_nodes(plan)
+            if "Relation Name" in n
+        )
+        assert read < 200, (page, read)
+        progress = conn.execute(query("dashboard_task_batch"), {"task_id": page}).fetchone()
+        assert progress is not None
+        assert progress[:8] == (callback, "done", "PENDING", 1_000_000, 0, 0, 1000, 999_000)
     # Every member ends (one statement here): the counter reaches zero and the callback is
     # released, without a scan of the batch.
     conn.execute(
@@ -184,12 +205,13 @@ def test_a_million_member_batch_waits_on_a_counter(conn: psycopg.Connection) -> 
         " WHERE status = 'PENDING' AND id <> %s",
         (callback,),
     )
-    # Released (into the cold tier: this test routes everything there), once.
+    # Released (into the cold tier: this test routes everything there), once, naming the
+    # last member of the statement that released it (the last 1,000 had ended before).
     assert status(conn, callback) == ("PENDING", None)
     assert conn.execute(
         "SELECT detail FROM pgsched.task_events WHERE task_id = %s", (callback,)
     ).fetchall() == [
-        (f"released: parent task {callback - 1} is CANCELLED (on_parent_failure run)",)
+        (f"released: parent task {callback - 1001} is CANCELLED (on_parent_failure run)",)
     ]
 
 

@@ -5,6 +5,7 @@ its last read."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from datetime import UTC, datetime
 from typing import Any
@@ -108,6 +109,43 @@ def test_the_dashboard_task_page_shows_parents_and_children(
     assert f'<a href="/tasks/{child}">{child}</a></td><td>email</td>' in parent_page.text
     assert "Waits for <small>1 task, 0 of those shown met</small>" in child_page.text
     assert f'<a href="/tasks/{parent}">{parent}</a></td><td>charge</td>' in child_page.text
+
+
+def batch_row(html: str) -> str:
+    found = re.search(r'<table id="batch">.*?<tbody><tr>(.*?)</tr>', html, re.DOTALL)
+    assert found, html
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", found[1])).strip()
+
+
+def test_the_dashboard_task_page_shows_a_batchs_progress_from_its_callbacks_counters(
+    conn: psycopg.Connection, db_env: dict[str, str]
+) -> None:
+    row = conn.execute(
+        "SELECT callback_id, member_ids FROM pgsched.schedule_batch("
+        " ARRAY['member', 'member', 'member', 'member'], on_complete_type => 'album_ready',"
+        " max_attempts => ARRAY[1, 1, 1, 1]::bigint[])"
+    ).fetchone()
+    assert row is not None
+    callback, (done, dead, cancelled, left) = row
+    run_to(conn, done, "COMPLETED")
+    run_to(conn, dead, "FAILED")
+    conn.execute("SELECT pgsched.cancel_task(%s, 'not needed')", (cancelled,))
+    alone = schedule(conn, "alone")
+    env = env_without_auth(db_env)
+    with running_dashboard(env) as dash:
+        member_page = httpx.get(f"{dash.url}/tasks/{left}")
+        callback_page = httpx.get(f"{dash.url}/tasks/{callback}")
+        alone_page = httpx.get(f"{dash.url}/tasks/{alone}")
+        run_to(conn, left, "COMPLETED")
+        released_page = httpx.get(f"{dash.url}/tasks/{callback}")
+    assert {p.status_code for p in (member_page, callback_page, alone_page, released_page)} == {200}
+    # members, completed, dead, cancelled, still waiting, the callback and its status
+    assert "Member of a batch <small>4 members</small>" in member_page.text
+    assert batch_row(member_page.text) == f"4 1 1 1 1 {callback} album_ready PENDING"
+    assert "Callback of a batch <small>4 members</small>" in callback_page.text
+    assert batch_row(callback_page.text) == f"4 1 1 1 1 {callback} album_ready PENDING"
+    assert batch_row(released_page.text) == f"4 2 1 1 0 {callback} album_ready QUEUED"
+    assert 'id="batch"' not in alone_page.text
 
 
 def test_history_of_a_task_shows_its_workflow(
