@@ -129,14 +129,27 @@ def guarded_task_rows(cursor: Any) -> Callable[[Sequence[Any]], TaskRow | Undeco
 
 
 async def claim_many(
-    conn: psycopg.AsyncConnection[Any], lane: str, max_tasks: int, worker: str, lease: Any
+    conn: psycopg.AsyncConnection[Any],
+    lane: str,
+    max_tasks: int,
+    worker: str,
+    lease: Any,
+    not_before: datetime | None = None,
 ) -> tuple[list[TaskRow], list[UndecodableRow]]:
     """Claim up to `max_tasks` due tasks of `lane`: the rows to run, and the ones that
-    cannot be decoded (claimed too: the caller records their failure)."""
+    cannot be decoded (claimed too: the caller records their failure). `not_before`: the
+    lane's claim floor (pgsched/worker/claim_floor.py), None for none."""
     started = time.time_ns()
     cur = await conn.execute(
         query("task_claim_many"),
-        {"lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease, "as_of": None},
+        {
+            "lane": lane,
+            "max_tasks": max_tasks,
+            "worker": worker,
+            "lease": lease,
+            "as_of": None,
+            "not_before": not_before,
+        },
     )
     claimed = await _claimed_rows(conn, cur)
     tracing.claimed(lane, claimed[0], started)
@@ -144,11 +157,12 @@ async def claim_many(
 
 
 async def lane_next_due(
-    conn: psycopg.AsyncConnection[Any], lane: str
+    conn: psycopg.AsyncConnection[Any], lane: str, not_before: datetime | None = None
 ) -> tuple[datetime | None, datetime]:
-    """When `lane`'s next QUEUED task is due (None: nothing queued), and the database's
-    clock now: a claim that got nothing sleeps until then by that clock."""
-    cur = await conn.execute(query("lane_next_due"), {"lane": lane})
+    """When `lane`'s next QUEUED task is due (None: nothing queued; looked for from
+    `not_before` on, the claim's floor), and the database's clock now: a claim that got
+    nothing sleeps until then by that clock."""
+    cur = await conn.execute(query("lane_next_due"), {"lane": lane, "not_before": not_before})
     row = await cur.fetchone()
     assert row is not None
     return row[0], row[1]

@@ -125,7 +125,8 @@ SELECT
     c.retry_delays,
     coalesce(c.snoozes, 0) AS snoozes
 -- as_of: NULL for a worker (the database's now); pgsched.testing's drain moves it.
-FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s, %(as_of)s) AS c;
+-- not_before: the worker's floor for the lane (NULL: none), pgsched/worker/claim_floor.py.
+FROM pgsched.task_claim_many(%(lane)s, %(max_tasks)s, %(worker)s, %(lease)s, %(as_of)s, %(not_before)s) AS c;
 
 -- name: task_claim_ids
 -- The ids a worker popped from the Redis hot tier, claimed if still QUEUED and due: the
@@ -176,7 +177,7 @@ SELECT pgsched.system_identifier() AS system_identifier;
 SELECT
     next_due,
     db_now
-FROM pgsched.lane_next_due(%(lane)s);
+FROM pgsched.lane_next_due(%(lane)s, %(not_before)s);
 
 -- name: task_finish_many
 -- Binary arrays: text-encoding a flush of 500 outcomes was a tenth of the worker's time.

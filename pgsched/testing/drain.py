@@ -268,7 +268,14 @@ def _claim(
 ) -> list[TaskRow]:
     if room <= 0:
         return []
-    params = {"lane": lane, "max_tasks": room, "worker": WORKER_ID, "lease": LEASE, "as_of": as_of}
+    params = {
+        "lane": lane,
+        "max_tasks": room,
+        "worker": WORKER_ID,
+        "lease": LEASE,
+        "as_of": as_of,
+        "not_before": None,
+    }
     started = time.time_ns()
     with conn.cursor(row_factory=task_rows) as cur:
         tasks = cur.execute(query("task_claim_many"), params).fetchall()

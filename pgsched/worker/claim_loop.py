@@ -17,7 +17,8 @@ NOTIFY for the lane, or the jittered backup poll; never sooner than `claim_inter
 the claim. Only due rows the claim could have taken but did not (others held them locked,
 or a limit had no room) make it back off; rows that came due while it ran do not.
 
-A NOTIFY is a hint that the lane may have work, nothing more (its payload is never read).
+A NOTIFY is a hint that the lane may have work (its payload, the earliest due time queued,
+goes to the lane's claim floor, pgsched/worker/claim_floor.py, not to this loop).
 Wake-ups coalesce: a notification wakes the lane at once unless a notification already
 woke it less than `debounce` ago; then the claim waits out the rest of that interval, and
 every notification arriving meanwhile is served by that one claim. However many

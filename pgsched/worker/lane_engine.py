@@ -38,6 +38,7 @@ from pgsched.pools import PromptAsyncPool, PromptPool
 from pgsched.queries import query
 from pgsched.tasks import TaskRow, describe_task
 from pgsched.worker.cancels import CancelRequests
+from pgsched.worker.claim_floor import ClaimFloor
 from pgsched.worker.claim_loop import LaneLoop
 from pgsched.worker.config import WorkerConfig
 from pgsched.worker.connections import async_pool, open_async_pool
@@ -191,10 +192,15 @@ class LaneEngine:
         # A Redis that may evict is refused here, before anything else starts (ConfigError).
         hot_tier = await asyncio.to_thread(open_hot_tier, config.hot_tier)
         self._pools: list[PromptAsyncPool | PromptPool] = []
+        listen_target = config.listen_target(self.dsn)
+        # Claims start at a floor only where NOTIFYs say what was queued behind it (not
+        # without LISTEN) and the claim is task_claim_many's (not the Redis hot tier's).
+        floor = ClaimFloor() if listen_target is not None and hot_tier is None else None
         wakeups = Wakeups(
-            config.listen_target(self.dsn),
+            listen_target,
             (lane,),
             on_cancel=self._on_cancel_requested,
+            on_queued=None if floor is None else (lambda _lane, due: floor.queued(due)),
             reachability=Reachability(
                 f"worker {self.worker_id} lane {lane.value}", log, on_back=self._reconnect_now
             ),
@@ -276,14 +282,24 @@ class LaneEngine:
 
         async def claim_rows(lane: Lane, n: int) -> list[TaskRow]:
             async with pool.connection() as conn:
-                tasks, undecodable = await claim_from(
-                    conn, lane.value, n, self.worker_id, self._lease
-                )
+                if floor is None:
+                    tasks, undecodable = await claim_from(
+                        conn, lane.value, n, self.worker_id, self._lease
+                    )
+                else:
+                    bound = floor.bound()
+                    tasks, undecodable = await claim_many(
+                        conn, lane.value, n, self.worker_id, self._lease, bound
+                    )
+                    due = [t.scheduled_for for t in tasks]
+                    # A row it could not decode: its due time unknown, the claim counted full.
+                    floor.claimed(bound, len(due) if undecodable else n, due)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
-                    "lane %s: claimed %d",
+                    "lane %s: claimed %d, reading from %s",
                     lane,
                     len(tasks),
+                    "the start" if floor is None or floor.last_bound is None else floor.last_bound,
                     extra={"lane": lane.value, "count": len(tasks)},
                 )
             self._keeper.hold_many((task.id, task.lease_token) for task in tasks)
@@ -302,7 +318,10 @@ class LaneEngine:
 
         async def next_due(lane: Lane) -> tuple[datetime | None, datetime]:
             async with pool.connection() as conn:
-                return await lane_next_due(conn, lane.value)
+                # From the floor of the claim that got nothing, as that claim read.
+                return await lane_next_due(
+                    conn, lane.value, None if floor is None else floor.last_bound
+                )
 
         def start(task: TaskRow, done: Any) -> None:
             if task.schedule_id is not None:

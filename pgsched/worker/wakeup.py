@@ -1,5 +1,9 @@
 """LISTEN/NOTIFY wake-ups. A hint, never the truth: the lane loops also poll.
 
+A lane's payload, when the sender gives one, is the earliest due time it queued: handed
+to `on_queued` (the lane's claim floor, pgsched/worker/claim_floor.py) before the lane
+is woken; no payload, or a reconnect, hands it None.
+
 The same connection hears cancel requests (`pgsched_cancel`, the task id as payload) and
 hands them to `on_cancel`; the heartbeat thread asks too, in case one is lost.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 import psycopg
 from psycopg import sql
@@ -28,6 +33,7 @@ from psycopg import sql
 from pgsched.lanes import Lane
 from pgsched.observability.logs import Reachability
 from pgsched.worker.cancels import CANCEL_CHANNEL
+from pgsched.worker.claim_floor import queued_due
 
 log = logging.getLogger("pgsched.worker.wakeup")
 
@@ -51,8 +57,10 @@ class Wakeups:
         lanes: tuple[Lane, ...],
         on_cancel: Callable[[int], object] | None = None,
         reachability: Reachability | None = None,
+        on_queued: Callable[[Lane, datetime | None], object] | None = None,
     ) -> None:
         self._reachability = reachability
+        self._on_queued = on_queued
         self._dsn = dsn
         self._by_channel = {lane.channel: lane for lane in lanes}
         self._on_cancel = on_cancel
@@ -61,7 +69,10 @@ class Wakeups:
         self.reconnects = 0
 
     def wake_all(self) -> None:
-        for event in self.events.values():
+        for lane, event in self.events.items():
+            if self._on_queued is not None:
+                # Notifications may have been lost: no telling what was queued, or when due.
+                self._on_queued(lane, None)
             event.set()
 
     async def run(self) -> None:
@@ -97,6 +108,10 @@ class Wakeups:
                     async for note in conn.notifies():
                         lane = self._by_channel.get(note.channel)
                         if lane is not None:
+                            if self._on_queued is not None:
+                                # The earliest due time queued, if the sender said it
+                                # (pgsched/worker/claim_floor.py).
+                                self._on_queued(lane, queued_due(note.payload))
                             self.events[lane].set()
                         elif (
                             note.channel == CANCEL_CHANNEL

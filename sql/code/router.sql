@@ -89,6 +89,7 @@ DECLARE
     ids bigint[];
     created_ids bigint[];
     wake_lanes pgsched.task_lane[];
+    wake_due timestamptz[];
 BEGIN
     SELECT * INTO h FROM pgsched.tier_horizons(as_of);
     -- Ids are drawn up front so each input row knows its would-be id.
@@ -140,14 +141,21 @@ BEGIN
         RETURNING tk.id, tk.lane, tk.next_run_at, tk.status
     )
     SELECT coalesce(array_agg(x.id), '{}'),
-           coalesce(array_agg(DISTINCT x.lane) FILTER (
-               WHERE x.status = 'QUEUED'
-                 AND pgsched.tier_of(x.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
-      INTO created_ids, wake_lanes
-      FROM inserted AS x;
+           coalesce(array_agg(x.lane) FILTER (WHERE x.wake), '{}'),
+           coalesce(array_agg(x.next_run_at) FILTER (WHERE x.wake), '{}')
+      INTO created_ids, wake_lanes, wake_due
+      FROM (
+        SELECT i.id, i.lane, i.next_run_at,
+               i.status = 'QUEUED'
+               AND pgsched.tier_of(i.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE' AS wake
+          FROM inserted AS i
+      ) AS x;
 
-    -- A tiny wake-up per lane; Postgres folds identical notifications in one transaction.
-    PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake_lanes) AS w;
+    -- A tiny wake-up per lane, its payload the earliest due time queued (epoch seconds): a
+    -- worker whose claims start at a floor (sql/code/claim.sql, 0046) lowers it to that.
+    PERFORM pg_notify('pgsched_' || lower(w.lane::text), extract(EPOCH FROM min(w.due))::text)
+       FROM unnest(wake_lanes, wake_due) AS w (lane, due)
+      GROUP BY w.lane;
 
     IF idempotency_keys IS NULL THEN
         -- No keys, no duplicates: every row was created with its drawn id.

@@ -287,7 +287,8 @@ BEGIN
         task_insert_windowed.traceparent, task_insert_windowed.retry_delays
     );
     IF tier = 'IMMEDIATE' THEN
-        PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
+        -- The due time: a worker's claim floor goes down to it (sql/code/claim.sql, 0046).
+        PERFORM pg_notify('pgsched_' || lower(task_lane::text), extract(EPOCH FROM due)::text);
     END IF;
     RETURN QUERY SELECT new_id, TRUE;
 END;
@@ -671,7 +672,8 @@ BEGIN
         PERFORM pgsched.task_dependencies_link(ARRAY[new_id], dep_ids, dep_met, dep_status, t);
     END IF;
     IF tier = 'IMMEDIATE' AND waiting = 0 THEN
-        PERFORM pg_notify('pgsched_' || lower(task_lane::text), '');
+        -- The due time: a worker's claim floor goes down to it (sql/code/claim.sql, 0046).
+        PERFORM pg_notify('pgsched_' || lower(task_lane::text), extract(EPOCH FROM due)::text);
     END IF;
     RETURN QUERY SELECT new_id, TRUE;
 END;

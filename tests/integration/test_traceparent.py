@@ -27,6 +27,7 @@ def claim(conn: psycopg.Connection, lane: str = "NORMAL") -> list[TaskRow]:
             "worker": "w1",
             "lease": timedelta(seconds=30),
             "as_of": None,
+            "not_before": None,
         }
         return list(cur.execute(query("task_claim_many"), params).fetchall())
 

@@ -94,6 +94,7 @@ def claimed_through(db_dsn: str, columns: str) -> list[TaskRow]:
                     "worker": "w-test",
                     "lease": timedelta(60),
                     "as_of": None,
+                    "not_before": None,
                 },
             )
             tasks, undecodable = await _claimed_rows(conn, cur)
