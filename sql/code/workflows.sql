@@ -138,6 +138,15 @@ GRANT EXECUTE ON FUNCTION pgsched.task_dependencies_link(bigint[], bigint[], boo
 -- (its own run_at if later); `hold` leaves the child waiting with an event saying why;
 -- `cancel` cancels it, and what waits for it in turn, a generation a round (no recursion,
 -- however deep the graph). Children are locked in id order. Returns how many were released.
+--
+-- Every read here starts from the parents just finished (a few hundred for a worker's
+-- flush) and goes by key: their edges by task_dependencies' key, a parent at a time, then
+-- their children by id. Left to the statistics, a table the planner believes empty (just
+-- truncated, or a million-member batch written since the last ANALYZE) made it start from
+-- the PENDING children instead and read every edge of the callback for each parent: 75 s
+-- for one flush of 250 members of a 300,000-member batch, every other finish queued
+-- behind it on the callback's row lock. Hence the LATERAL ... OFFSET 0 (the order kept)
+-- and enable_seqscan off (a key read even where a scan looks cheaper).
 CREATE OR REPLACE FUNCTION pgsched.task_dependencies_settle(
     parent_ids bigint[], parent_statuses pgsched.task_status[], as_of timestamptz DEFAULT NULL
 ) RETURNS bigint
@@ -147,7 +156,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_nestloop = TRUE
 SET enable_hashjoin = TRUE
 SET enable_mergejoin = TRUE
-SET enable_seqscan = TRUE
+SET enable_seqscan = FALSE
 SET enable_bitmapscan = TRUE
 SET enable_sort = TRUE
 AS $$
@@ -156,6 +165,9 @@ DECLARE
     h record;
     ids bigint[] := parent_ids;
     statuses pgsched.task_status[] := parent_statuses;
+    l_child bigint[];
+    l_policy text[];
+    e_tid tid[];
     e_parent bigint[];
     e_child bigint[];
     e_status pgsched.task_status[];
@@ -170,25 +182,43 @@ BEGIN
     PERFORM set_config('pgsched.settling', 'on', TRUE);
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     WHILE cardinality(ids) > 0 LOOP
-        SELECT coalesce(array_agg(x.parent_id ORDER BY x.child_id, x.parent_id), '{}'),
-               coalesce(array_agg(x.child_id ORDER BY x.child_id, x.parent_id), '{}'),
-               coalesce(array_agg(x.status ORDER BY x.child_id, x.parent_id), '{}'),
-               coalesce(array_agg(x.policy ORDER BY x.child_id, x.parent_id), '{}')
-          INTO e_parent, e_child, e_status, e_policy
-          FROM (SELECT d.parent_id, d.child_id, p.status, coalesce(c.on_parent_failure, 'hold') AS policy
-                  FROM unnest(ids, statuses) AS p(id, status)
-                  JOIN pgsched.task_dependencies AS d ON d.parent_id = p.id AND NOT d.met
-                  JOIN pgsched.tasks AS c ON c.id = d.child_id AND c.status = 'PENDING'
-                 ORDER BY d.child_id
-                   FOR UPDATE OF c) AS x;
+        -- The parents' unmet edges, a parent at a time by the edges' key.
+        SELECT coalesce(array_agg(d.parent_id), '{}'), coalesce(array_agg(d.child_id), '{}'),
+               coalesce(array_agg(p.status), '{}'), coalesce(array_agg(d.tid), '{}')
+          INTO e_parent, e_child, e_status, e_tid
+          FROM unnest(ids, statuses) AS p(id, status)
+         CROSS JOIN LATERAL (SELECT d1.parent_id, d1.child_id, d1.ctid AS tid FROM pgsched.task_dependencies AS d1
+                              WHERE d1.parent_id = p.id AND NOT d1.met
+                             OFFSET 0) AS d;
+        EXIT WHEN cardinality(e_child) = 0;
+        -- Their children still PENDING, locked in id order (re-checked once locked).
+        SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}'),
+               coalesce(array_agg(coalesce(c.on_parent_failure, 'hold') ORDER BY c.id), '{}')
+          INTO l_child, l_policy
+          FROM (SELECT tk.id, tk.on_parent_failure FROM pgsched.tasks AS tk
+                 WHERE tk.id = ANY (ARRAY(SELECT DISTINCT u.id FROM unnest(e_child) AS u(id)))
+                   AND tk.status = 'PENDING'
+                 ORDER BY tk.id
+                   FOR UPDATE) AS c;
+        SELECT coalesce(array_agg(e.parent_id ORDER BY e.child_id, e.parent_id), '{}'),
+               coalesce(array_agg(e.child_id ORDER BY e.child_id, e.parent_id), '{}'),
+               coalesce(array_agg(e.status ORDER BY e.child_id, e.parent_id), '{}'),
+               coalesce(array_agg(l.policy ORDER BY e.child_id, e.parent_id), '{}'),
+               coalesce(array_agg(e.tid ORDER BY e.child_id, e.parent_id), '{}')
+          INTO e_parent, e_child, e_status, e_policy, e_tid
+          FROM unnest(e_parent, e_child, e_status, e_tid) AS e(parent_id, child_id, status, tid)
+          JOIN unnest(l_child, l_policy) AS l(id, policy) ON l.id = e.child_id;
         EXIT WHEN cardinality(e_child) = 0;
 
-        -- Met: a completed parent, or a failed one of a child that runs anyway.
+        -- Met: a completed parent, or a failed one of a child that runs anyway. By the rows'
+        -- addresses read above (only this transaction, which holds the parents, changes
+        -- their edges): an index of the child would read the whole batch for each edge.
         UPDATE pgsched.task_dependencies AS d
            SET met = TRUE
-          FROM unnest(e_parent, e_child, e_status, e_policy) AS e(parent_id, child_id, status, policy)
-         WHERE d.parent_id = e.parent_id AND d.child_id = e.child_id AND NOT d.met
-           AND (e.status = 'COMPLETED' OR e.policy = 'run');
+         WHERE d.ctid = ANY (ARRAY(
+                   SELECT e.tid FROM unnest(e_tid, e_status, e_policy) AS e(tid, status, policy)
+                    WHERE e.status = 'COMPLETED' OR e.policy = 'run'))
+           AND NOT d.met;
 
         WITH counted AS (
             SELECT e.child_id, count(*) AS k, max(e.parent_id) AS last_parent,
