@@ -159,6 +159,9 @@ SET enable_mergejoin = TRUE
 SET enable_seqscan = FALSE
 SET enable_bitmapscan = TRUE
 SET enable_sort = TRUE
+-- With sequential scans off, a read of a one-row table (pgsched.settings) is costed past
+-- jit_above_cost: JIT compiled it at every call, 150 ms a finish of a chain's link.
+SET jit = off
 AS $$
 DECLARE
     t timestamptz := coalesce(as_of, clock_timestamp());
@@ -327,6 +330,7 @@ SET enable_nestloop = TRUE
 SET enable_hashjoin = TRUE
 SET enable_seqscan = FALSE
 SET enable_bitmapscan = TRUE
+SET jit = off  -- see task_dependencies_settle
 AS $$
 DECLARE
     ids bigint[];

@@ -378,3 +378,24 @@ def test_race_parents_finishing_at_once_release_their_child_exactly_once(
         missed += released == 0 or waiting is not None
         conn.execute("SELECT pgsched.cancel_task(%s)", (child,))
     assert (double, missed) == (0, 0)
+
+
+def test_releasing_a_child_compiles_nothing_just_in_time(conn: psycopg.Connection) -> None:
+    # Sequential scans are off in the settling functions, which costs a read of the one-row
+    # settings table past jit_above_cost: JIT compiled it at every finish of a parent
+    # (150 ms a link of a chain, five times the rest of the finish).
+    parent = schedule(conn)
+    schedule(conn, "child", depends_on=[parent])
+    leases = claim(conn)
+    conn.execute("SET jit = on")
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET client_min_messages = log")
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    finish(conn, {parent: leases[parent]})
+    conn.execute("RESET client_min_messages")
+    settled = [p for p in plans if "task_dependencies_settle" in p or "tier_horizons" in p]
+    assert settled, plans
+    assert not [p for p in plans if "JIT:" in p], [p for p in plans if "JIT:" in p]
