@@ -67,7 +67,7 @@ def test_a_claim_reads_the_ledger_by_key_not_whole(conn: psycopg.Connection, nam
     def params(batch: list[int]) -> dict[str, Any]:
         common = {"lane": "NORMAL", "worker": "w", "lease": timedelta(seconds=30)}
         if name == "task_claim_many":
-            return common | {"max_tasks": len(batch), "as_of": None}
+            return common | {"max_tasks": len(batch), "as_of": None, "not_before": None}
         return common | {"ids": batch}
 
     first, second = ids[:CLAIMED], ids[CLAIMED:]
