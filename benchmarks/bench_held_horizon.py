@@ -20,6 +20,7 @@ figures and the held phase's ratios to the unheld one, from the same run.
 
     python -m benchmarks.bench_held_horizon                    # 1,000 tasks/s, 2 + 2 minutes
     python -m benchmarks.bench_held_horizon --minutes 30       # the full run: 30 + 30
+    python -m benchmarks.bench_held_horizon --minutes 10 --held-minutes 30   # 10 + 30
 
 Without --dsn a throwaway, durable Postgres cluster is started (benchmarks/pgserver.py).
 """
@@ -200,7 +201,7 @@ def phase_summary(rows: list[dict[str, Any]], phase: str) -> dict[str, Any]:
 
 
 def run(
-    dsn: str, rate: float, minutes: float, interval: float, warmup: float
+    dsn: str, rate: float, minutes: float, interval: float, warmup: float, held_minutes: float
 ) -> list[dict[str, Any]]:
     measure.clear_worked_tasks(dsn)
     defaults = WorkerConfig()
@@ -232,8 +233,9 @@ def run(
                     holder.execute("SELECT 1 FROM pgsched.settings")
                 began = time.monotonic()
                 t = 0.0
-                while t < minutes * 60 - 1e-6:
-                    t = min(t + interval, minutes * 60)
+                length = 60 * (held_minutes if phase == "held" else minutes)
+                while t < length - 1e-6:
+                    t = min(t + interval, length)
                     while (left := began + t - time.monotonic()) > 0:
                         workers.check_alive()
                         if producer.error is not None:
@@ -266,17 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rate", type=float, default=1000.0, help="tasks/s due now (1000)")
     parser.add_argument("--minutes", type=float, default=2.0, help="minutes per phase (2)")
+    parser.add_argument("--held-minutes", type=float, default=None, help="minutes held (--minutes)")
     parser.add_argument("--interval", type=float, default=60.0, help="seconds per line (60)")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds not counted (10)")
     parser.add_argument("--dsn", default=None, help="benchmark this database instead")
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "held_horizon.json")
     args = parser.parse_args(argv)
+    held_minutes = args.minutes if args.held_minutes is None else args.held_minutes
     with measure.database(args.dsn) as dsn:
         measure.step(
             f"{args.rate:g} tasks/s due now; {args.minutes:g} min unheld, then"
-            f" {args.minutes:g} min with a REPEATABLE READ snapshot held"
+            f" {held_minutes:g} min with a REPEATABLE READ snapshot held"
         )
-        rows = run(dsn, args.rate, args.minutes, args.interval, args.warmup)
+        rows = run(dsn, args.rate, args.minutes, args.interval, args.warmup, held_minutes)
     summaries = [phase_summary(rows, p) for p in ("unheld", "held")]
     figures = ["claim_ms_p50", "claim_ms_p99", "late_ms_p50", "late_ms_p99", "dead_max"]
     print(f"\n{'':10}" + "".join(f"{f:>14}" for f in ["claims", "started", *figures]))
@@ -304,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": measure.machine_info(),
             "rate_per_s": args.rate,
             "minutes_per_phase": args.minutes,
+            "held_minutes": held_minutes,
             "summaries": summaries,
             "ratios_held_to_unheld": ratios,
             "intervals": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],

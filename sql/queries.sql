@@ -210,7 +210,13 @@ SELECT task_id
 FROM pgsched.task_cancel_requested(%(task_ids)s::bigint[]) AS task_id;
 
 -- name: lease_rescue_expired
-SELECT pgsched.lease_rescue_expired(%(lane)s) AS rescued;
+-- A lane's rescue from the worker's floor (NULL: none); swept_at is the time the function
+-- compared the leases with (the transaction's start), from which the next floor is made.
+SELECT
+    pgsched.lease_rescue_expired(
+        %(lane)s, %(max_tasks)s, NULL, %(not_before)s
+    ) AS rescued,
+    now() AS swept_at;
 
 -- name: dead_list
 SELECT

@@ -46,6 +46,7 @@ from pgsched.worker.handler_processes import HandlerProcessPool
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.ledger import LedgerWriter
 from pgsched.worker.outcomes import Outcome, OutcomeBuffer
+from pgsched.worker.rescue_floor import RescueFloor
 from pgsched.worker.runner import NEVER_CONNECTED_WAIT_SECONDS, ConnectionSource, TaskRunner
 from pgsched.worker.services import LoopService, LoopServices, Periodic
 from pgsched.worker.stall import LoopStallWatchdog
@@ -66,6 +67,9 @@ FINAL_FLUSH_MIN_SECONDS = 5.0
 # How long the shutdown waits, at the least, for a claim its cancel cut short to end (a
 # claim takes milliseconds; its rows are released once it ends).
 CLAIM_END_WAIT_SECONDS = 5.0
+
+# The most expired leases one rescue of a lane moves (the rest go at its next run).
+RESCUE_CHUNK = 1_000
 
 
 class LaneEngine:
@@ -96,6 +100,7 @@ class LaneEngine:
         self.config = config
         self.settings = config.lane_settings(lane)
         self._keeper = keeper
+        self._rescue_floor = RescueFloor()
         self.metrics = metrics
         self._plain_pool = plain_pool
         self._open_plain_pool = open_plain_pool
@@ -565,10 +570,25 @@ class LaneEngine:
             arming.add_done_callback(self._background.discard)
 
     async def _rescue(self, pool: Any) -> None:
-        """Expired leases of this lane go back to be claimed (or to DEAD)."""
+        """Expired leases of this lane go back to be claimed (or to DEAD), read from the
+        lane's rescue floor (pgsched/worker/rescue_floor.py)."""
         lane = self.lane
-        async with pool.connection() as conn:
-            cur = await conn.execute(query("lease_rescue_expired"), {"lane": lane.value})
-            row = await cur.fetchone()
-        if row and row[0]:
-            log.warning("lane %s: rescued %s tasks whose worker was lost", lane, row[0])
+        floor = self._rescue_floor
+        bound = floor.bound()
+        try:
+            async with pool.connection() as conn:
+                cur = await conn.execute(
+                    query("lease_rescue_expired"),
+                    {"lane": lane.value, "max_tasks": RESCUE_CHUNK, "not_before": bound},
+                )
+                row = await cur.fetchone()
+        except BaseException:
+            floor.drop()
+            raise
+        if row is None:
+            floor.drop()
+            return
+        rescued, swept_at = int(row[0]), row[1]
+        floor.swept(bound, rescued, RESCUE_CHUNK, swept_at)
+        if rescued:
+            log.warning("lane %s: rescued %s tasks whose worker was lost", lane, rescued)

@@ -68,6 +68,7 @@ def logged_plans(
         "SET auto_explain.log_nested_statements = on",
         "SET auto_explain.log_analyze = on",
         "SET auto_explain.log_timing = off",
+        "SET auto_explain.log_buffers = on",
         "SET auto_explain.log_format = 'json'",
         "SET auto_explain.log_level = 'notice'",
         "SET client_min_messages = 'notice'",

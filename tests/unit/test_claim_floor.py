@@ -7,17 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from pgsched.worker.claim_floor import ClaimFloor, queued_due
+from tests.support.clock import Clock
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = timedelta(seconds=1)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def floor_after_short_claim() -> tuple[ClaimFloor, Clock]:
