@@ -50,10 +50,7 @@ def lease_index_buffers(conn: psycopg.Connection, not_before: object) -> int:
         conn, "SELECT pgsched.lease_rescue_expired('NORMAL', 1000, NULL, %s)", (not_before,)
     )
     scans = [
-        n
-        for p in plans
-        for n in plan_nodes(p)
-        if n.get("Index Name") == "tasks_hot_lease_idx"
+        n for p in plans for n in plan_nodes(p) if n.get("Index Name") == "tasks_hot_lease_idx"
     ]
     assert scans, plans
     return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
