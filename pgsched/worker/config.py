@@ -16,6 +16,7 @@ from pgsched.hot_tier.config import HotTierConfig
 from pgsched.lanes import Lane
 from pgsched.option_checks import require_int, require_rate, require_seconds
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, listen_target, parse_prepare_threshold
+from pgsched.worker.claim_floor import PROBE_S
 
 # The option each field is set by on `pgsched worker`: refusals name what the operator typed.
 OPTION_NAMES = {
@@ -30,6 +31,7 @@ OPTION_NAMES = {
     "batch_concurrency": "--batch-concurrency",
     "batch_rate": "--batch-rate",
     "rescue_interval": "rescue_interval",
+    "floor_probe_interval": "floor_probe_interval",
     "max_stuck_threads": "--max-stuck-threads",
     "stall_threshold": "--stall-threshold",
     "wakeup_debounce": "--wakeup-debounce",
@@ -73,6 +75,9 @@ class WorkerConfig:
     batch_concurrency: int = 4
     batch_rate: float | None = 200.0
     rescue_interval: float = 5.0
+    # How often each lane looks for queued rows behind its claim floor that no NOTIFY
+    # announced (pgsched/worker/claim_floor.py): how long such a row can wait.
+    floor_probe_interval: float = PROBE_S
     worker_id: str | None = None
     # Also run the sweeps (one elected leader among all processes that do).
     run_sweeps: bool = False
@@ -116,6 +121,7 @@ class WorkerConfig:
         require_seconds(names["cancel_grace_seconds"], self.cancel_grace_seconds, zero_ok=True)
         require_seconds(names["flush_interval"], self.flush_interval)
         require_seconds(names["rescue_interval"], self.rescue_interval)
+        require_seconds(names["floor_probe_interval"], self.floor_probe_interval)
         require_seconds(names["stall_threshold"], self.stall_threshold)
         require_seconds(names["wakeup_debounce"], self.wakeup_debounce, zero_ok=True)
         require_seconds(names["claim_interval"], self.claim_interval, zero_ok=True)

@@ -328,6 +328,21 @@ class LaneEngine:
                     conn, lane.value, None if floor is None else floor.last_bound
                 )
 
+        async def probe_floor() -> None:
+            # Queued rows no NOTIFY announced, behind the floor (pgsched/worker/claim_floor.py).
+            assert floor is not None
+            async with pool.connection() as conn:
+                due, _ = await lane_next_due(conn, lane.value, None)
+            if due is not None and floor.hides(due):
+                log.debug(
+                    "lane %s: a queued row due %s was behind the claim floor; claiming from it",
+                    lane,
+                    due,
+                    extra={"lane": lane.value},
+                )
+                floor.queued(due)
+                wakeups.events[lane].set()
+
         def start(task: TaskRow, done: Any) -> None:
             if task.schedule_id is not None:
                 self._recurring.add(task.id)
@@ -371,6 +386,9 @@ class LaneEngine:
             Periodic(f"{tag}.lease_rescue", config.rescue_interval, lambda: self._rescue(pool)),
             Periodic(f"{tag}.stall_stamp", watchdog.tick, watchdog.stamp),
         ]
+        if floor is not None:
+            probe_every = config.floor_probe_interval
+            background.append(Periodic(f"{tag}.claim_floor_probe", probe_every, probe_floor))
         if hot_tier is not None:
             redis_wakeups = functools.partial(hot_tier.wakeups, wakeups.events)
             background.append(LoopService(f"{tag}.redis_wakeups", redis_wakeups))

@@ -2,15 +2,26 @@
 queued row for long: rows queued behind a worker's floor, by an explicit past run_at or a
 lease rescue, start within a couple of seconds, with the backup poll far away. And the SQL
 side: a floor hides exactly the rows due before it, NULL is the claim as before, and task
-limits make it ignored."""
+limits make it ignored. A row behind the floor that no NOTIFY announced is found by the
+probe; under a held snapshot the fair claim steps over no tenant's dead entries."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 import psycopg
+import pytest
 
+from pgsched.lanes import Lane
+from pgsched.worker import Worker
+from pgsched.worker.config import WorkerConfig
+from tests.apps.dispatch import app
+from tests.support.query_plans import logged_plans, plan_nodes
 from tests.support.worker_helpers import (
     Workers,
     db_now,
@@ -118,3 +129,88 @@ def test_the_floor_hides_the_rows_due_before_it_and_null_is_no_floor(
             " VALUES ('task_type', 'other', 1)"
         )
         assert sorted(conn.execute(CLAIM, (now,)).fetchall()) == sorted([(old,), (new,)])
+
+
+def test_a_row_behind_the_floor_no_notify_announced_is_found_by_the_probe(
+    conn: psycopg.Connection, db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A row locked by another session while this worker's claims pass it (SKIP LOCKED)
+    # and raise the floor past it, then released without a NOTIFY (a claim rolled back):
+    # no claim reads it again; the probe, every second here, finds it.
+    caplog.set_level(logging.DEBUG, logger="pgsched.worker")
+    config = WorkerConfig(lanes=(Lane.NORMAL,), poll_interval=30, floor_probe_interval=1.0)
+    worker = Worker(db_dsn, app.registry, config)
+    running = threading.Thread(
+        target=lambda: asyncio.run(worker.run(install_signal_handlers=False)), daemon=True
+    )
+    running.start()
+    try:
+        wait_until(lambda: listener_backends(conn), 20, what="the worker's listener")
+        hidden = schedule(conn, "quick", run_at=db_now(conn) - timedelta(hours=1))
+        with psycopg.connect(db_dsn) as holder:
+            # What a claim that will roll back holds: the row's lock, the row still QUEUED.
+            holder.execute("SELECT 1 FROM pgsched.tasks WHERE id = %s FOR UPDATE", (hidden,))
+            ids = [schedule(conn, "quick") for _ in range(3)]
+            wait_until(
+                lambda: set(statuses(conn, ids).values()) == {"COMPLETED"}, 10, what="the others"
+            )
+            last = schedule(conn, "quick")
+            wait_until(
+                lambda: statuses(conn, [last])[last] == "COMPLETED", 10, what="the last other"
+            )
+            holder.rollback()
+        assert statuses(conn, [hidden])[hidden] == "QUEUED"
+        wait_until(
+            lambda: statuses(conn, [hidden])[hidden] == "COMPLETED", 10, what="the hidden row"
+        )
+        assert "was behind the claim floor" in caplog.text
+    finally:
+        worker.request_stop()
+        running.join(30)
+
+
+def tenant_index_buffers(conn: psycopg.Connection, not_before: object) -> tuple[int, list[str]]:
+    rows, plans = logged_plans(
+        conn,
+        "SELECT tenant_id FROM pgsched.task_claim_many('NORMAL', 100, 'w-sql', '1 minute',"
+        " NULL, %s)",
+        (not_before,),
+    )
+    scans = [
+        n for p in plans for n in plan_nodes(p) if n.get("Index Name") == "tasks_hot_tenant_idx"
+    ]
+    assert scans, plans
+    read = sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
+    return read, sorted(str(r[0]) for r in rows)
+
+
+def test_under_a_held_snapshot_the_fair_claim_from_its_floor_skips_each_tenants_dead_entries(
+    conn: psycopg.Connection, connect: Callable[..., psycopg.Connection]
+) -> None:
+    holder = connect(autocommit=False)
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # the snapshot that keeps vacuum from the dead entries
+    # Two tenants' 15,000 tasks each, claimed: 30,000 dead entries at the front of their
+    # ranges in the tenant index, every one due before the floor, each at its own time
+    # (entries with equal keys would share one index tuple).
+    conn.execute(
+        "SELECT pgsched.schedule_tasks(array_fill('job'::text, ARRAY[30000]),"
+        " run_ats => (SELECT array_agg(now() - interval '1 minute' + i * interval '1 ms')"
+        " FROM generate_series(1, 30000) AS i),"
+        " tenant_ids => (SELECT array_agg(CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END)"
+        " FROM generate_series(1, 30000) AS i))"
+    )
+    for _ in range(30):
+        conn.execute("SELECT pgsched.task_claim_many('NORMAL', 1000, 'w-sql', '1 minute')")
+    conn.execute("SELECT pg_sleep(1.1)")
+    floor = db_now(conn) - timedelta(milliseconds=100)
+    conn.execute(
+        "SELECT pgsched.schedule_tasks(array_fill('job'::text, ARRAY[4]),"
+        " tenant_ids => ARRAY['a', 'b', 'a', 'b'])"
+    )
+    read, claimed = tenant_index_buffers(conn, floor)
+    holder.rollback()
+    assert claimed == ["a", "a", "b", "b"]
+    # Forward, the step to each tenant tested every one of its dead entries (232 buffers
+    # of index here); backward, it enters each tenant at its live end.
+    assert read <= 60, read

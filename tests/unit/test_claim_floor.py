@@ -1,33 +1,31 @@
 """The claim floor's bookkeeping: it rises only after short claims, falls to what a
-wake-up says was queued, drops on a wake-up that says nothing, and gives way to an
-unbounded claim every refresh."""
+wake-up or the probe says was queued, drops on a wake-up that says nothing, and is never
+dropped on a timer (the probe, beside the claims, looks behind it)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from pgsched.worker.claim_floor import ClaimFloor, queued_due
-from tests.support.clock import Clock
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = timedelta(seconds=1)
 
 
-def floor_after_short_claim() -> tuple[ClaimFloor, Clock]:
-    clock = Clock()
-    floor = ClaimFloor(refresh_s=60, margin=S, clock=clock)
+def floor_after_short_claim() -> ClaimFloor:
+    floor = ClaimFloor(margin=S)
     assert floor.bound() is None  # the first claim is unbounded
     floor.claimed(None, 10, [T0, T0 + 5 * S])
-    return floor, clock
+    return floor
 
 
 def test_a_short_claim_raises_the_floor_to_its_latest_due_time_less_the_margin() -> None:
-    floor, _ = floor_after_short_claim()
+    floor = floor_after_short_claim()
     assert floor.bound() == T0 + 4 * S
 
 
 def test_a_full_claim_leaves_the_floor_and_the_next_short_one_raises_it_past_both() -> None:
-    floor, _ = floor_after_short_claim()
+    floor = floor_after_short_claim()
     bound = floor.bound()
     floor.claimed(bound, 2, [T0 + 50 * S, T0 + 60 * S])  # full: older rows may wait
     assert floor.bound() == T0 + 4 * S
@@ -39,21 +37,21 @@ def test_a_full_claim_leaves_the_floor_and_the_next_short_one_raises_it_past_bot
 
 
 def test_a_claim_with_a_row_it_could_not_decode_counts_as_full() -> None:
-    floor, _ = floor_after_short_claim()
+    floor = floor_after_short_claim()
     bound = floor.bound()
     floor.claimed(bound, 0, [])  # as the lane engine passes it: asked what it got
     assert floor.bound() == T0 + 4 * S
 
 
 def test_the_floor_never_falls_below_the_bound_a_short_claim_read_from() -> None:
-    floor, _ = floor_after_short_claim()
+    floor = floor_after_short_claim()
     bound = floor.bound()
     floor.claimed(bound, 10, [T0 + 4 * S])
     assert floor.bound() == T0 + 4 * S
 
 
 def test_a_wake_up_with_an_earlier_due_time_lowers_the_floor_before_the_next_claim() -> None:
-    floor, _ = floor_after_short_claim()
+    floor = floor_after_short_claim()
     floor.queued(T0 - 3600 * S)
     floor.queued(T0 + 100 * S)  # later than the floor: changes nothing
     assert floor.bound() == T0 - 3601 * S
@@ -65,21 +63,30 @@ def test_a_wake_up_with_an_earlier_due_time_lowers_the_floor_before_the_next_cla
 
 
 def test_a_wake_up_without_a_due_time_makes_the_next_claim_unbounded() -> None:
-    floor, _ = floor_after_short_claim()
+    floor = floor_after_short_claim()
     floor.queued(None)
     assert floor.bound() is None
     assert floor.last_bound is None
 
 
-def test_an_unbounded_claim_every_refresh() -> None:
-    floor, clock = floor_after_short_claim()
-    clock.now += 59
-    assert floor.bound() == T0 + 4 * S
-    clock.now += 1
-    assert floor.bound() is None
-    floor.claimed(None, 10, [T0 + 70 * S])
-    assert floor.bound() == T0 + 69 * S
-    assert (floor.unbounded_claims, floor.bounded_claims) == (2, 0)
+def test_only_a_wake_up_without_a_due_time_unbounds_the_claims() -> None:
+    floor = floor_after_short_claim()
+    for _ in range(1000):  # however many claims, however long: the floor stays
+        bound = floor.bound()
+        floor.claimed(bound, 10, [])
+        assert bound == T0 + 4 * S
+    assert (floor.unbounded_claims, floor.bounded_claims) == (1, 1000)
+
+
+def test_hides_says_which_due_times_the_next_claim_would_miss() -> None:
+    floor = ClaimFloor(margin=S)
+    assert not floor.hides(T0 - 3600 * S)  # no floor yet: nothing hidden
+    floor.claimed(None, 10, [T0 + 5 * S])
+    assert floor.hides(T0 + 3 * S)
+    assert not floor.hides(T0 + 4 * S)
+    floor.queued(T0)  # as the probe does with what it found
+    floor.bound()
+    assert not floor.hides(T0)
 
 
 def test_queued_due_reads_epoch_seconds_and_nothing_else() -> None:
