@@ -121,6 +121,16 @@
 -- priority in use has no queued work (gone idle, or moved to a higher priority) while the
 -- snapshot is held still has its dead entries there tested one by one (index entries only,
 -- no heap fetch) by each claim's step.
+--
+-- JIT off. While a snapshot is held, tasks_hot and its indexes grow (2 million dead
+-- tuples after 18 minutes at 1,000 tasks/s), and an ANALYZE (autovacuum's, every minute
+-- there) can leave statistics that price a claim's generic plans past jit_above_cost
+-- (estimated 830,000 for the head search): then every call JIT-compiled them, 70 to 180 ms
+-- a claim of 100 rows whose statements ran in 10 ms; the worker fell behind for the minute
+-- until the next ANALYZE, and its lateness p99 reached 10 s. Nothing the hot path runs
+-- reads enough rows to repay a compile: task_claim_many, task_claim_ids, lane_next_due and
+-- the other hot-path functions (finish, heartbeat, rescue, promotion, insert, the
+-- transitions trigger, progress) run with jit = off.
 
 -- The priorities of a lane, highest first.
 CREATE OR REPLACE FUNCTION pgsched.lane_priorities(lane pgsched.task_lane) RETURNS integer[]
@@ -154,6 +164,7 @@ SET enable_seqscan = TRUE
 SET enable_bitmapscan = TRUE
 SET enable_nestloop = TRUE
 SET enable_sort = TRUE
+SET jit = off
 AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
@@ -451,6 +462,7 @@ GRANT EXECUTE ON FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, te
 CREATE OR REPLACE FUNCTION pgsched.lane_next_due(lane pgsched.task_lane, not_before timestamptz DEFAULT NULL)
 RETURNS TABLE (next_due timestamptz, db_now timestamptz)
 LANGUAGE sql STABLE
+SET jit = off
 AS $$
     SELECT min(c.next_run_at), clock_timestamp()
       FROM unnest(pgsched.lane_priorities(lane_next_due.lane)) AS p(priority)
@@ -483,6 +495,7 @@ SET enable_seqscan = TRUE
 SET enable_bitmapscan = TRUE
 SET enable_nestloop = TRUE
 SET enable_hashjoin = TRUE
+SET jit = off
 AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());

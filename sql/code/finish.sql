@@ -77,6 +77,7 @@ SET enable_seqscan = TRUE
 SET enable_bitmapscan = TRUE
 SET enable_nestloop = TRUE
 SET enable_hashjoin = TRUE
+SET jit = off
 AS $$
 DECLARE
     -- The statement's own clock: in a handler's transaction now() is when the work began.
@@ -274,6 +275,7 @@ CREATE OR REPLACE FUNCTION pgsched.work_record_done_many(
 LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$
     WITH given AS (
         SELECT g.task_id, g.lease_token, g.ord

@@ -57,6 +57,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = TRUE
 SET enable_bitmapscan = TRUE
 SET enable_sort = TRUE
+SET jit = off
 AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
@@ -179,6 +180,7 @@ CREATE OR REPLACE FUNCTION pgsched.hot_tier_due_by_ids(
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());

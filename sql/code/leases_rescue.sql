@@ -60,6 +60,7 @@ SET enable_seqscan = TRUE
 SET enable_bitmapscan = TRUE
 SET enable_nestloop = TRUE
 SET enable_hashjoin = TRUE
+SET jit = off
 AS $$
 DECLARE
     held bigint[];
@@ -129,6 +130,7 @@ CREATE OR REPLACE FUNCTION pgsched.lease_rescue_expired(
 ) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
@@ -207,6 +209,7 @@ CREATE OR REPLACE FUNCTION pgsched.task_wake_overdue(
     as_of timestamptz DEFAULT NULL
 ) RETURNS TABLE (lane pgsched.task_lane, overdue bigint)
 LANGUAGE plpgsql
+SET jit = off
 AS $$
 BEGIN
     RETURN QUERY

@@ -18,6 +18,7 @@ CREATE OR REPLACE FUNCTION pgsched.task_progress_set_many(
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$
 DECLARE
     n integer;

@@ -82,6 +82,7 @@ CREATE OR REPLACE FUNCTION pgsched.task_insert_many(
     on_parent_failure text DEFAULT NULL
 ) RETURNS TABLE (ordinal bigint, task_id bigint, created boolean)
 LANGUAGE plpgsql
+SET jit = off
 AS $$
 DECLARE
     h record;

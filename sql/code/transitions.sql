@@ -38,6 +38,7 @@ LANGUAGE plpgsql
 SET enable_nestloop = FALSE
 SET enable_mergejoin = FALSE
 SET enable_hashjoin = TRUE
+SET jit = off
 AS $$
 DECLARE
     bad record;

@@ -14,6 +14,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
+from tests.support.query_plans import log_every_plan
+
 
 def schedule(conn: psycopg.Connection, task_type: str = "job", **kwargs: Any) -> int:
     names = "".join(f", {name} => %({name})s" for name in kwargs)
@@ -74,17 +76,6 @@ def details(conn: psycopg.Connection, task_id: int) -> list[tuple[str, str, str 
             (task_id,),
         )
     ]
-
-
-def log_every_plan(conn: psycopg.Connection) -> list[str]:
-    """From now on, the plan of every statement this session runs, nested ones included."""
-    conn.execute("LOAD 'auto_explain'")
-    conn.execute("SET auto_explain.log_min_duration = 0")
-    conn.execute("SET auto_explain.log_nested_statements = on")
-    conn.execute("SET client_min_messages = log")
-    plans: list[str] = []
-    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
-    return plans
 
 
 def run_to(conn: psycopg.Connection, task_id: int, outcome: str, **kw: Any) -> None:

@@ -124,3 +124,14 @@ def plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
 def node_values(plan: Any, key: str) -> list[Any]:
     """The `key` of every node that has one ("Relation Name", "Index Name" ...)."""
     return [node[key] for node in plan_nodes(plan) if key in node]
+
+
+def log_every_plan(conn: psycopg.Connection) -> list[str]:
+    """From now on, the plan of every statement this session runs, nested ones included."""
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET client_min_messages = log")
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    return plans
