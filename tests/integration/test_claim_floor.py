@@ -214,3 +214,27 @@ def test_under_a_held_snapshot_the_fair_claim_from_its_floor_skips_each_tenants_
     # Forward, the step to each tenant tested every one of its dead entries (232 buffers
     # of index here); backward, it enters each tenant at its live end.
     assert read <= 60, read
+
+
+def test_the_lanes_next_due_time_is_read_in_the_claim_indexs_order_whatever_the_costs(
+    conn: psycopg.Connection,
+) -> None:
+    # The body of lane_next_due is planned at each call with its arguments as parameters.
+    # On a held horizon's statistics (few QUEUED rows, a claim index full of dead entries)
+    # the planner priced the index scan past a bitmap scan of tasks_hot's whole heap: 400 ms
+    # a call in bench_held_horizon. Pricing random reads a thousandfold does the same here.
+    conn.execute("SELECT pgsched.schedule_tasks(array_fill('job'::text, ARRAY[3000]))")
+    conn.execute("SELECT pgsched.task_claim_many('NORMAL', 3000, 'w-sql', '1 hour')")
+    conn.execute("ANALYZE pgsched.tasks_hot")
+    schedule(conn, "quick")
+    conn.execute("SET random_page_cost = 4000")
+    floor = db_now(conn) - timedelta(minutes=1)
+    for not_before in (floor, None):
+        rows, plans = logged_plans(
+            conn, "SELECT next_due FROM pgsched.lane_next_due('NORMAL', %s)", (not_before,)
+        )
+        assert rows and rows[0][0] is not None
+        body = [p for p in plans if "pgsched.lane_next_due(" not in p.get("Query Text", "")]
+        nodes = [n["Node Type"] for p in body for n in plan_nodes(p)]
+        assert "Index Scan" in nodes or "Index Only Scan" in nodes, nodes
+        assert not {"Bitmap Heap Scan", "Seq Scan", "Sort"} & set(nodes), nodes
