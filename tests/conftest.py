@@ -130,8 +130,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def _migrate_template(
     *, host: str, port: int | str, user: str, dbname: str, password: str | None, **_: Any
 ) -> None:
-    """pytest-postgresql loader: migrate the template database once per session."""
-    migrate(make_conninfo(host=host, port=str(port), user=user, dbname=dbname, password=password))
+    """pytest-postgresql loader: migrate the template database once per session.
+
+    PGSCHED_TEST_AUDIT_WRITER=functions runs the session with the functions writing the
+    events (settings.audit_writer; sql/code/transitions.sql) instead of the trigger."""
+    conninfo = make_conninfo(host=host, port=str(port), user=user, dbname=dbname, password=password)
+    migrate(conninfo)
+    writer = os.environ.get("PGSCHED_TEST_AUDIT_WRITER")
+    if writer:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("SELECT pgsched.audit_writer_set(%s)", (writer,))
 
 
 # Named like the plugin's own fixtures so nothing can reach the plugin's defaults (which

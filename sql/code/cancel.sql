@@ -99,6 +99,8 @@ DECLARE
     who text;
     problem text;
     tk pgsched.tasks;
+    changed pgsched.tasks;
+    gone bigint[];
     kids record;
     asked bigint[];
     names_limit constant integer := 20;
@@ -133,7 +135,12 @@ BEGIN
     IF tk.status IN ('PENDING', 'QUEUED') THEN
         UPDATE pgsched.tasks AS x
            SET status = 'CANCELLED', status_reason = format('cancelled by %s: %s', who, why), updated_at = t
-         WHERE x.id = tk.id AND x.status = tk.status;
+         WHERE x.id = tk.id AND x.status = tk.status
+        RETURNING x.* INTO changed;
+        IF FOUND AND pgsched.events_by_functions() THEN
+            PERFORM pgsched.task_event_write(changed, tk.status);
+            PERFORM pgsched.task_settle_finished(ARRAY[tk.id], ARRAY['CANCELLED'::pgsched.task_status]);
+        END IF;
         RETURN QUERY SELECT 'CANCELLED'::text, format('cancelled by %s: %s', who, why);
         RETURN;
     END IF;
@@ -159,10 +166,36 @@ BEGIN
         PERFORM 1 FROM pgsched.tasks AS c
          WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED', 'PROCESSING')
          ORDER BY c.id FOR UPDATE;
-        UPDATE pgsched.tasks AS c
-           SET status = 'CANCELLED', updated_at = t,
-               status_reason = format('cancelled by %s with its fan-out %s: %s', who, tk.id, why)
-         WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED');
+        WITH was AS (
+            SELECT c.id, c.status
+              FROM pgsched.tasks AS c
+             WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED')
+        ),
+        cancelled AS (
+            UPDATE pgsched.tasks AS c
+               SET status = 'CANCELLED', updated_at = t,
+                   status_reason = format('cancelled by %s with its fan-out %s: %s', who, tk.id, why)
+              FROM was
+             WHERE c.id = was.id AND c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED')
+            RETURNING c.id, c.tenant_id, c.task_type, was.status AS from_status, c.updated_at,
+                      c.next_run_at, c.attempts, c.locked_by, c.status_reason
+        ),
+        -- The cancels' events when the functions write them (sql/code/transitions.sql).
+        ev AS (
+            INSERT INTO pgsched.task_events (
+                task_id, tenant_id, task_type, from_status, to_status,
+                occurred_at, scheduled_for, attempt, worker, detail
+            )
+            SELECT x.id, x.tenant_id, x.task_type, x.from_status, 'CANCELLED',
+                   x.updated_at, x.next_run_at, x.attempts, x.locked_by, x.status_reason
+              FROM cancelled AS x
+             WHERE pgsched.events_by_functions()
+        )
+        SELECT array_agg(x.id) INTO gone FROM cancelled AS x;
+        IF pgsched.events_by_functions() THEN
+            PERFORM pgsched.task_settle_finished(
+                gone, array_fill('CANCELLED'::pgsched.task_status, ARRAY[coalesce(cardinality(gone), 0)]));
+        END IF;
         asked := pgsched.task_request_cancel(
             ARRAY(SELECT c.id FROM pgsched.tasks AS c WHERE c.parent_id = tk.id AND c.status = 'PROCESSING'),
             format('with its fan-out %s: %s', tk.id, why), who, t);
@@ -247,6 +280,7 @@ DECLARE
     idle bigint[];
     busy bigint[];
     n_cancelled bigint;
+    gone bigint[];
 BEGIN
     problem := CASE
         WHEN num_nonnulls(cancel_tasks.task_type, cancel_tasks.tenant_id, cancel_tasks.idempotency_key,
@@ -314,10 +348,35 @@ BEGIN
         END;
     END LOOP;
 
-    UPDATE pgsched.tasks AS tk
-       SET status = 'CANCELLED', status_reason = format('cancelled by %s: %s', who, why), updated_at = t
-     WHERE tk.id = ANY(idle) AND tk.status IN ('PENDING', 'QUEUED');
-    GET DIAGNOSTICS n_cancelled = ROW_COUNT;
+    WITH was AS (
+        SELECT tk.id, tk.status
+          FROM pgsched.tasks AS tk
+         WHERE tk.id = ANY(idle) AND tk.status IN ('PENDING', 'QUEUED')
+    ),
+    cancelled AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = 'CANCELLED', status_reason = format('cancelled by %s: %s', who, why), updated_at = t
+          FROM was
+         WHERE tk.id = was.id AND tk.id = ANY(idle) AND tk.status IN ('PENDING', 'QUEUED')
+        RETURNING tk.id, tk.tenant_id, tk.task_type, was.status AS from_status, tk.updated_at,
+                  tk.next_run_at, tk.attempts, tk.locked_by, tk.status_reason
+    ),
+    -- The cancels' events when the functions write them (sql/code/transitions.sql).
+    ev AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT x.id, x.tenant_id, x.task_type, x.from_status, 'CANCELLED',
+               x.updated_at, x.next_run_at, x.attempts, x.locked_by, x.status_reason
+          FROM cancelled AS x
+         WHERE pgsched.events_by_functions()
+    )
+    SELECT count(*), array_agg(x.id) INTO n_cancelled, gone FROM cancelled AS x;
+    IF pgsched.events_by_functions() THEN
+        PERFORM pgsched.task_settle_finished(
+            gone, array_fill('CANCELLED'::pgsched.task_status, ARRAY[coalesce(cardinality(gone), 0)]));
+    END IF;
     RETURN QUERY SELECT n_cancelled, cardinality(pgsched.task_request_cancel(busy, why, who, t))::bigint;
 END;
 $$;

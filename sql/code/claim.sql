@@ -447,6 +447,17 @@ BEGIN
            AND tk.status IN ('QUEUED', 'PROCESSING')
            AND tk.status::text = 'QUEUED'
         RETURNING tk.*
+    ),
+    -- The claim's events when the functions write them (sql/code/transitions.sql).
+    ev AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT c.id, c.tenant_id, c.task_type, 'QUEUED', 'PROCESSING',
+               c.updated_at, c.next_run_at, c.attempts, c.locked_by, c.status_reason
+          FROM claimed AS c
+         WHERE pgsched.events_by_functions()
     )
     SELECT c.*
       FROM claimed AS c
@@ -559,6 +570,17 @@ BEGIN
            AND tk.status IN ('QUEUED', 'PROCESSING')
            AND tk.status::text = 'QUEUED'
         RETURNING tk.*
+    ),
+    -- The claim's events when the functions write them (sql/code/transitions.sql).
+    ev AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT c.id, c.tenant_id, c.task_type, 'QUEUED', 'PROCESSING',
+               c.updated_at, c.next_run_at, c.attempts, c.locked_by, c.status_reason
+          FROM claimed AS c
+         WHERE pgsched.events_by_functions()
     )
     SELECT c.*
       FROM claimed AS c

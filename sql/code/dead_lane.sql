@@ -45,7 +45,19 @@ BEGIN
            AND (dead_retry.all_tasks
                 OR tk.id = dead_retry.task_id
                 OR tk.task_type = dead_retry.task_type)
-        RETURNING tk.id, tk.lane
+        RETURNING tk.id, tk.lane, tk.tenant_id, tk.task_type, tk.status, tk.next_run_at,
+                  tk.attempts, tk.locked_by, tk.status_reason, tk.updated_at
+    ),
+    -- The retries' events when the functions write them (sql/code/transitions.sql).
+    ev AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT r.id, r.tenant_id, r.task_type, 'FAILED', r.status,
+               r.updated_at, r.next_run_at, r.attempts, r.locked_by, r.status_reason
+          FROM retried AS r
+         WHERE pgsched.events_by_functions()
     )
     SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'), coalesce(array_agg(DISTINCT r.lane), '{}')
       INTO retried_ids, wake
@@ -67,14 +79,21 @@ CREATE OR REPLACE FUNCTION pgsched.dead_discard(
 ) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    discarded pgsched.tasks;
 BEGIN
     UPDATE pgsched.tasks AS tk
        SET status = 'CANCELLED', status_reason = dead_discard.reason,
            updated_at = coalesce(dead_discard.as_of, now())
-     WHERE tk.id = dead_discard.task_id AND tk.status = 'FAILED';
+     WHERE tk.id = dead_discard.task_id AND tk.status = 'FAILED'
+    RETURNING tk.* INTO discarded;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgsched: task % is not in the DEAD lane', dead_discard.task_id
             USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF pgsched.events_by_functions() THEN
+        PERFORM pgsched.task_event_write(discarded, 'FAILED');
+        PERFORM pgsched.task_settle_finished(ARRAY[discarded.id], ARRAY['CANCELLED'::pgsched.task_status]);
     END IF;
     RETURN dead_discard.task_id;
 END;

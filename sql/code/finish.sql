@@ -85,6 +85,8 @@ DECLARE
     h record;
     bad text;
     done bigint[];
+    ended bigint[];
+    ended_as pgsched.task_status[];
     stale bigint[];
     wake pgsched.task_lane[];
 BEGIN
@@ -193,7 +195,19 @@ BEGIN
            -- The hot tier only (pruning), in words no partial index's predicate follows from.
            AND tk.status IN ('QUEUED', 'PROCESSING')
            AND tk.status::text = 'PROCESSING'
-        RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at
+        RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at,
+                  tk.attempts, tk.locked_by, tk.status_reason, tk.updated_at
+    ),
+    -- The outcomes' events when the functions write them (sql/code/transitions.sql).
+    ev AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT f.id, f.tenant_id, f.task_type, 'PROCESSING', f.status,
+               f.updated_at, f.next_run_at, f.attempts, f.locked_by, f.status_reason
+          FROM finished AS f
+         WHERE pgsched.events_by_functions()
     ),
     ledger AS (
         INSERT INTO pgsched.completed_work (tenant_id, task_type, idempotency_key, task_id, completed_at)
@@ -205,9 +219,15 @@ BEGIN
     SELECT coalesce(array_agg(f.id), '{}'),
            coalesce(array_agg(DISTINCT f.lane) FILTER (
                WHERE f.status = 'QUEUED'
-                 AND pgsched.tier_of(f.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
-      INTO done, wake
+                 AND pgsched.tier_of(f.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}'),
+           array_agg(f.id) FILTER (WHERE f.status IN ('COMPLETED', 'FAILED', 'CANCELLED')),
+           array_agg(f.status) FILTER (WHERE f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))
+      INTO done, wake, ended, ended_as
       FROM finished AS f;
+    IF pgsched.events_by_functions() THEN
+        -- What waits for the tasks that ended (the trigger's work in trigger mode).
+        PERFORM pgsched.task_settle_finished(ended, ended_as);
+    END IF;
     -- A retry due soon wakes its lane, so it runs when due and not at the next backup poll.
     PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
 

@@ -105,7 +105,19 @@ BEGIN
          -- it, and with that predicate stale statistics pick the promotable index over the
          -- primary key and read the whole cold tier.
          WHERE tk.id = ANY (due) AND tk.status = 'PENDING'
-        RETURNING tk.lane, tk.next_run_at
+        RETURNING tk.id, tk.tenant_id, tk.task_type, tk.lane, tk.next_run_at,
+                  tk.attempts, tk.locked_by, tk.status_reason, tk.updated_at
+    ),
+    -- The promotions' events when the functions write them (sql/code/transitions.sql).
+    ev AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT m.id, m.tenant_id, m.task_type, 'PENDING', 'QUEUED',
+               m.updated_at, m.next_run_at, m.attempts, m.locked_by, m.status_reason
+          FROM moved AS m
+         WHERE pgsched.events_by_functions()
     )
     SELECT count(*),
            coalesce(array_agg(DISTINCT m.lane) FILTER (

@@ -136,6 +136,8 @@ DECLARE
     t timestamptz := coalesce(as_of, now());
     h record;
     rescued integer := 0;
+    ended bigint[];
+    ended_as pgsched.task_status[];
     wake pgsched.task_lane[];
 BEGIN
     IF lease_rescue_expired.max_tasks IS NULL OR lease_rescue_expired.max_tasks < 1 THEN
@@ -181,14 +183,32 @@ BEGIN
                        updated_at = t
                   FROM expired
                  WHERE tk.id = expired.id AND tk.status = 'PROCESSING'
-                RETURNING tk.lane, tk.status, tk.next_run_at
+                RETURNING tk.id, tk.tenant_id, tk.task_type, tk.lane, tk.status, tk.next_run_at,
+                          tk.attempts, tk.locked_by, tk.status_reason, tk.updated_at
+            ),
+            -- The rescues' events when the functions write them (sql/code/transitions.sql).
+            ev AS (
+                INSERT INTO pgsched.task_events (
+                    task_id, tenant_id, task_type, from_status, to_status,
+                    occurred_at, scheduled_for, attempt, worker, detail
+                )
+                SELECT m.id, m.tenant_id, m.task_type, 'PROCESSING', m.status,
+                       m.updated_at, m.next_run_at, m.attempts, m.locked_by, m.status_reason
+                  FROM moved AS m
+                 WHERE pgsched.events_by_functions()
             )
             SELECT count(*),
                    coalesce(array_agg(DISTINCT m.lane) FILTER (
                        WHERE m.status = 'QUEUED'
-                         AND pgsched.tier_of(m.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}')
-              INTO rescued, wake
+                         AND pgsched.tier_of(m.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}'),
+                   array_agg(m.id) FILTER (WHERE m.status IN ('FAILED', 'CANCELLED')),
+                   array_agg(m.status) FILTER (WHERE m.status IN ('FAILED', 'CANCELLED'))
+              INTO rescued, wake, ended, ended_as
               FROM moved AS m;
+            IF pgsched.events_by_functions() THEN
+                -- What waits for the tasks that ended (the trigger's work in trigger mode).
+                PERFORM pgsched.task_settle_finished(ended, ended_as);
+            END IF;
             PERFORM pg_notify('pgsched_' || lower(w::text), '') FROM unnest(wake) AS w;
             RETURN rescued;
         EXCEPTION WHEN serialization_failure THEN

@@ -453,15 +453,43 @@ CREATE OR REPLACE FUNCTION pgsched.schedule_cancel_armed(
     schedule_id bigint, reason text, as_of timestamptz DEFAULT NULL
 )
 RETURNS bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-    UPDATE pgsched.tasks AS tk
-       SET status = 'CANCELLED', status_reason = reason, updated_at = coalesce(as_of, now())
-      FROM pgsched.schedules AS s
-     WHERE s.id = schedule_cancel_armed.schedule_id
-       AND tk.id = s.armed_task_id
-       AND tk.status IN ('PENDING', 'QUEUED')
-    RETURNING tk.id
+DECLARE
+    gone bigint;
+BEGIN
+    WITH was AS (
+        SELECT tk.id, tk.status
+          FROM pgsched.tasks AS tk
+         INNER JOIN pgsched.schedules AS s ON tk.id = s.armed_task_id
+         WHERE s.id = schedule_cancel_armed.schedule_id AND tk.status IN ('PENDING', 'QUEUED')
+    ),
+    cancelled AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = 'CANCELLED', status_reason = schedule_cancel_armed.reason,
+               updated_at = coalesce(schedule_cancel_armed.as_of, now())
+          FROM was
+         WHERE tk.id = was.id AND tk.status = was.status
+        RETURNING tk.id, tk.tenant_id, tk.task_type, was.status AS from_status, tk.updated_at,
+                  tk.next_run_at, tk.attempts, tk.locked_by, tk.status_reason
+    ),
+    -- The cancel's event when the functions write them (sql/code/transitions.sql).
+    ev AS (
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT x.id, x.tenant_id, x.task_type, x.from_status, 'CANCELLED',
+               x.updated_at, x.next_run_at, x.attempts, x.locked_by, x.status_reason
+          FROM cancelled AS x
+         WHERE pgsched.events_by_functions()
+    )
+    SELECT x.id INTO gone FROM cancelled AS x;
+    IF gone IS NOT NULL AND pgsched.events_by_functions() THEN
+        PERFORM pgsched.task_settle_finished(ARRAY[gone], ARRAY['CANCELLED'::pgsched.task_status]);
+    END IF;
+    RETURN gone;
+END;
 $$;
 COMMENT ON FUNCTION pgsched.schedule_cancel_armed(bigint, text, timestamp with time zone) IS 'Cancel a schedule''s armed occurrence if it has not started; returns its id, or NULL. Used by schedule_pause and schedule_delete.';
 REVOKE ALL ON FUNCTION pgsched.schedule_cancel_armed(bigint, text, timestamptz) FROM public;

@@ -247,7 +247,8 @@ BEGIN
                            status_reason = format('debounced: replaced by a later call, due %s', due),
                            updated_at = t
                      WHERE tk.id = w.task_id AND tk.status = was
-                    RETURNING tk.id, tk.tenant_id, tk.task_type, tk.status, tk.attempts, tk.status_reason INTO r;
+                    RETURNING tk.id, tk.tenant_id, tk.task_type, tk.status, tk.attempts, tk.status_reason,
+                              tk.locked_by INTO r;
                 END IF;
             EXCEPTION WHEN serialization_failure THEN
                 -- Promoted from the cold tier meanwhile (a move between partitions): again.
@@ -256,13 +257,14 @@ BEGIN
             IF replaced THEN
                 -- The same status, so the transition trigger wrote nothing: the event is
                 -- ours. (A PENDING task now due within the hot window moved to QUEUED, and
-                -- the trigger recorded that move with this detail.)
-                IF r.status = was THEN
+                -- the trigger recorded that move with this detail, or, when the functions
+                -- write the events, this does: sql/code/transitions.sql.)
+                IF r.status = was OR pgsched.events_by_functions() THEN
                     INSERT INTO pgsched.task_events (
                         task_id, tenant_id, task_type, from_status, to_status,
                         occurred_at, scheduled_for, attempt, worker, detail
-                    ) VALUES (r.id, r.tenant_id, r.task_type, r.status, r.status, t, due, r.attempts, NULL,
-                              r.status_reason);
+                    ) VALUES (r.id, r.tenant_id, r.task_type, was, r.status, t, due, r.attempts,
+                              CASE WHEN r.status <> was THEN r.locked_by END, r.status_reason);
                 END IF;
                 UPDATE pgsched.task_windows AS k SET ends_at = ends
                  WHERE k.tenant_id = w.tenant_id AND k.window_key = w.window_key;

@@ -2,7 +2,19 @@
 --
 -- the state machine (transition_is_legal), the statement triggers on pgsched.tasks that
 -- check every transition and write its event (task_record_transitions) and refuse bad due
--- times (task_refuse_bad_due_times); the task_timeline and task_runs views.
+-- times (task_refuse_bad_due_times); who writes the events (audit_writer_apply,
+-- events_by_functions); the task_timeline and task_runs views.
+--
+-- Who writes the events. In single-node mode (settings.audit_writer = 'trigger', the
+-- default) the statement trigger below writes one task_events row per status change,
+-- whatever statement made it, a hand-written UPDATE included. Citus refuses that trigger on
+-- a distributed table (docs/scaling.md), so in 'functions' mode the trigger is dropped and
+-- every state-changing function writes its own events, in the same statement as the
+-- change, from the rows it changed (a data-modifying CTE: "ev" in each of them), with the
+-- same time, worker, attempt and detail the trigger would write. Each of those CTEs is
+-- guarded by events_by_functions(), a constant the planner folds: in trigger mode they are
+-- planned away. What 'functions' mode gives up: a status changed by hand is neither checked
+-- nor recorded (only the functions change a task's status there).
 --
 -- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
 -- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
@@ -88,6 +100,26 @@ $$;
 COMMENT ON FUNCTION pgsched.task_record_transitions() IS 'Statement trigger on pgsched.tasks: refuses an illegal status change (transition_is_legal) and writes one task_events row per transition, in the same statement.';
 REVOKE ALL ON FUNCTION pgsched.task_record_transitions() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_record_transitions() TO pgsched_worker, pgsched_admin;
+
+-- One transition's event, from the task row after the change, as the trigger writes it:
+-- for the single-row changes of the functions that write their own (events_by_functions).
+CREATE OR REPLACE FUNCTION pgsched.task_event_write(
+    changed pgsched.tasks, from_status pgsched.task_status
+) RETURNS void
+LANGUAGE sql
+AS $$
+    INSERT INTO pgsched.task_events (
+        task_id, tenant_id, task_type, from_status, to_status,
+        occurred_at, scheduled_for, attempt, worker, detail
+    )
+    SELECT (changed).id, (changed).tenant_id, (changed).task_type, task_event_write.from_status,
+           (changed).status, (changed).updated_at, (changed).next_run_at, (changed).attempts,
+           (changed).locked_by, (changed).status_reason
+     WHERE task_event_write.from_status IS DISTINCT FROM (changed).status
+$$;
+COMMENT ON FUNCTION pgsched.task_event_write(pgsched.tasks, pgsched.task_status) IS 'Writes the event of one status change (from from_status to the row''s status; nothing when they are the same), as the transition trigger would: for functions that write their own events (events_by_functions).';
+REVOKE ALL ON FUNCTION pgsched.task_event_write(pgsched.tasks, pgsched.task_status) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_event_write(pgsched.tasks, pgsched.task_status) TO pgsched_worker, pgsched_admin;
 
 -- Statement level, on INSERT only: a row moved between partitions by an UPDATE is not
 -- seen, so rows written before this check can still be finished, promoted and pruned.
@@ -180,13 +212,65 @@ REVOKE ALL ON pgsched.task_runs FROM public;
 GRANT SELECT ON pgsched.task_runs TO pgsched_worker;
 GRANT ALL ON pgsched.task_runs TO pgsched_admin;
 
--- Every change of pgsched.tasks is checked and recorded by the statement that makes it:
--- task_record_transitions above, once per statement over its old and new rows.
-DROP TRIGGER IF EXISTS tasks_record_transitions ON pgsched.tasks;
-CREATE TRIGGER tasks_record_transitions
-AFTER UPDATE ON pgsched.tasks
-REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_record_transitions();
+-- Who writes the events (see the top of this file), made to match settings.audit_writer:
+-- events_by_functions() as a constant, and the two statement triggers on updates there or
+-- not. In trigger mode every change of pgsched.tasks is checked and recorded by the
+-- statement that makes it (task_record_transitions above, once per statement over its old
+-- and new rows), and what waits for a finished task is settled
+-- (task_settle_dependents, sql/code/workflows.sql, which calls this again once it is
+-- made). In functions mode the functions call task_settle_finished themselves.
+CREATE OR REPLACE FUNCTION pgsched.audit_writer_apply() RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    writer text := (SELECT s.audit_writer FROM pgsched.settings AS s);
+BEGIN
+    -- Replacing the function invalidates every cached plan that folded the old constant.
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION pgsched.events_by_functions() RETURNS boolean '
+        'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        CASE WHEN writer = 'functions' THEN 'SELECT true' ELSE 'SELECT false' END);
+    DROP TRIGGER IF EXISTS tasks_record_transitions ON pgsched.tasks;
+    DROP TRIGGER IF EXISTS tasks_settle_dependents ON pgsched.tasks;
+    IF writer = 'trigger' THEN
+        CREATE TRIGGER tasks_record_transitions
+        AFTER UPDATE ON pgsched.tasks
+        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_record_transitions();
+        IF to_regprocedure('pgsched.task_settle_dependents()') IS NOT NULL THEN
+            CREATE TRIGGER tasks_settle_dependents
+            AFTER UPDATE ON pgsched.tasks
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_settle_dependents();
+        END IF;
+    END IF;
+    RETURN writer;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.audit_writer_apply() IS 'Makes events_by_functions() and the transition trigger match settings.audit_writer; returns it. Run when sql/code/transitions.sql is applied and by audit_writer_set.';
+REVOKE ALL ON FUNCTION pgsched.audit_writer_apply() FROM public;
+
+SELECT pgsched.audit_writer_apply();
+COMMENT ON FUNCTION pgsched.events_by_functions() IS 'Whether the state-changing functions write their own task_events rows (settings.audit_writer = ''functions'') rather than the transition trigger: a constant, remade by audit_writer_apply.';
+GRANT EXECUTE ON FUNCTION pgsched.events_by_functions() TO public;
+
+-- Switch who writes the events. Waits for statements running on pgsched.tasks (dropping
+-- or making the trigger locks the table against writes), so no change falls between the
+-- two writers.
+CREATE OR REPLACE FUNCTION pgsched.audit_writer_set(writer text) RETURNS text
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF writer IS NULL OR writer NOT IN ('trigger', 'functions') THEN
+        RAISE EXCEPTION 'pgsched: audit writer must be ''trigger'' or ''functions'', got %', quote_nullable(writer)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE pgsched.settings SET audit_writer = audit_writer_set.writer;
+    RETURN pgsched.audit_writer_apply();
+END;
+$$;
+COMMENT ON FUNCTION pgsched.audit_writer_set(text) IS 'Who writes task_events: ''trigger'' (single-node mode, the default: a status changed by any statement is checked and recorded) or ''functions'' (distributed mode: the state-changing functions write their own events). Returns the writer now in force.';
+REVOKE ALL ON FUNCTION pgsched.audit_writer_set(text) FROM public;
 
 -- Every insert's due times are checked, whichever path wrote the rows
 -- (task_refuse_bad_due_times above).

@@ -270,19 +270,21 @@ BEGIN
               FROM counted AS c
              WHERE tk.id = c.child_id AND tk.status = 'PENDING'
             RETURNING tk.id, tk.tenant_id, tk.task_type, tk.status, tk.next_run_at, tk.attempts, tk.lane,
-                      tk.waiting_for, tk.status_reason
+                      tk.waiting_for, tk.status_reason, tk.locked_by
         ),
         -- Released into the cold tier (its run_at is beyond the hot window): no status
-        -- changes, so the release is recorded here.
+        -- changes, so the release is recorded here; released into the hot tier, the
+        -- trigger records the move, or this does when the functions write the events
+        -- (sql/code/transitions.sql).
         cold AS (
             INSERT INTO pgsched.task_events (
                 task_id, tenant_id, task_type, from_status, to_status,
                 occurred_at, scheduled_for, attempt, worker, detail
             )
-            SELECT x.id, x.tenant_id, x.task_type, x.status, x.status, t, x.next_run_at, x.attempts, NULL,
-                   x.status_reason
+            SELECT x.id, x.tenant_id, x.task_type, 'PENDING', x.status, t, x.next_run_at, x.attempts,
+                   CASE WHEN x.status <> 'PENDING' THEN x.locked_by END, x.status_reason
               FROM changed AS x
-             WHERE x.waiting_for IS NULL AND x.status = 'PENDING'
+             WHERE x.waiting_for IS NULL AND (x.status = 'PENDING' OR pgsched.events_by_functions())
         )
         SELECT count(*) FILTER (WHERE x.waiting_for IS NULL),
                coalesce(array_agg(DISTINCT x.lane) FILTER (
@@ -317,7 +319,19 @@ BEGIN
                      WHERE u.status <> 'COMPLETED' AND u.policy = 'cancel'
                      GROUP BY u.child_id) AS e
              WHERE tk.id = e.child_id AND tk.status = 'PENDING'
-            RETURNING tk.id
+            RETURNING tk.id, tk.tenant_id, tk.task_type, tk.updated_at, tk.next_run_at, tk.attempts,
+                      tk.locked_by, tk.status_reason
+        ),
+        -- The cancels' events when the functions write them (sql/code/transitions.sql).
+        ev AS (
+            INSERT INTO pgsched.task_events (
+                task_id, tenant_id, task_type, from_status, to_status,
+                occurred_at, scheduled_for, attempt, worker, detail
+            )
+            SELECT g.id, g.tenant_id, g.task_type, 'PENDING', 'CANCELLED',
+                   g.updated_at, g.next_run_at, g.attempts, g.locked_by, g.status_reason
+              FROM gone AS g
+             WHERE pgsched.events_by_functions()
         )
         SELECT coalesce(array_agg(g.id), '{}') INTO cancelled_ids FROM gone AS g;
         ids := cancelled_ids;
@@ -332,9 +346,14 @@ COMMENT ON FUNCTION pgsched.task_dependencies_settle(bigint[], pgsched.task_stat
 REVOKE ALL ON FUNCTION pgsched.task_dependencies_settle(bigint[], pgsched.task_status[], timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_dependencies_settle(bigint[], pgsched.task_status[], timestamptz) TO pgsched_admin;
 
--- The statement trigger that calls it. A statement that finishes no task with a waiting
--- child or a waiting App.result costs one scan of its new rows and two index probes.
-CREATE OR REPLACE FUNCTION pgsched.task_settle_dependents() RETURNS trigger
+-- What tasks that just finished (COMPLETED, FAILED, CANCELLED) owe those waiting for them:
+-- a NOTIFY for a waiting App.result, and the settling of their children. Called by the
+-- statement trigger below, or, when the functions write the events (sql/code/
+-- transitions.sql), by each function that finishes tasks. Finishing no task with a waiting
+-- child or a waiting App.result costs two index probes.
+CREATE OR REPLACE FUNCTION pgsched.task_settle_finished(
+    ids bigint[], statuses pgsched.task_status[]
+) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -342,6 +361,35 @@ SET enable_nestloop = TRUE
 SET enable_hashjoin = TRUE
 SET enable_seqscan = FALSE
 SET enable_bitmapscan = TRUE
+SET jit = off  -- see task_dependencies_settle
+AS $$
+BEGIN
+    -- A cascade's own cancels are settled by the loop that makes them.
+    IF ids IS NULL OR cardinality(ids) = 0 OR current_setting('pgsched.settling', TRUE) = 'on' THEN
+        RETURN;
+    END IF;
+    PERFORM pg_notify('pgsched_result', w.task_id::text)
+       FROM (SELECT DISTINCT r.task_id FROM pgsched.task_result_waiters AS r WHERE r.task_id = ANY (ids)) AS w;
+    -- One probe of the edges' key per finished task, whatever the statistics say: a
+    -- sequential scan looking for the first match read every waiting edge at each finish.
+    IF EXISTS (SELECT 1
+                 FROM unnest(ids) AS p(id)
+                 CROSS JOIN LATERAL (SELECT 1 FROM pgsched.task_dependencies AS d
+                                      WHERE d.parent_id = p.id AND NOT d.met LIMIT 1) AS e) THEN
+        PERFORM pgsched.task_dependencies_settle(ids, statuses);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_settle_finished(bigint[], pgsched.task_status[]) IS 'For tasks that just finished (COMPLETED, FAILED, CANCELLED; ids with their statuses): notifies a waiting App.result (pgsched_result) and settles what waits for them (task_dependencies_settle), in the same transaction.';
+REVOKE ALL ON FUNCTION pgsched.task_settle_finished(bigint[], pgsched.task_status[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_settle_finished(bigint[], pgsched.task_status[]) TO pgsched_worker, pgsched_admin;
+
+-- The statement trigger (trigger mode: sql/code/transitions.sql) that calls it for the
+-- tasks a statement finished. A statement that finishes none costs one scan of its new rows.
+CREATE OR REPLACE FUNCTION pgsched.task_settle_dependents() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 SET jit = off  -- see task_dependencies_settle
 AS $$
 DECLARE
@@ -358,31 +406,17 @@ BEGIN
       FROM new_rows AS n
       JOIN old_rows AS o ON o.id = n.id
      WHERE n.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND o.status IS DISTINCT FROM n.status;
-    IF ids IS NULL THEN
-        RETURN NULL;
-    END IF;
-    PERFORM pg_notify('pgsched_result', w.task_id::text)
-       FROM (SELECT DISTINCT r.task_id FROM pgsched.task_result_waiters AS r WHERE r.task_id = ANY (ids)) AS w;
-    -- One probe of the edges' key per finished task, whatever the statistics say: a
-    -- sequential scan looking for the first match read every waiting edge at each finish.
-    IF EXISTS (SELECT 1
-                 FROM unnest(ids) AS p(id)
-                 CROSS JOIN LATERAL (SELECT 1 FROM pgsched.task_dependencies AS d
-                                      WHERE d.parent_id = p.id AND NOT d.met LIMIT 1) AS e) THEN
-        PERFORM pgsched.task_dependencies_settle(ids, statuses);
-    END IF;
+    PERFORM pgsched.task_settle_finished(ids, statuses);
     RETURN NULL;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.task_settle_dependents() IS 'Statement trigger on pgsched.tasks: for tasks that just finished (COMPLETED, FAILED, CANCELLED), notifies a waiting App.result (pgsched_result) and settles what waits for them (task_dependencies_settle), in the same transaction.';
+COMMENT ON FUNCTION pgsched.task_settle_dependents() IS 'Statement trigger on pgsched.tasks (trigger mode): for tasks that just finished (COMPLETED, FAILED, CANCELLED), task_settle_finished, in the same transaction.';
 REVOKE ALL ON FUNCTION pgsched.task_settle_dependents() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_settle_dependents() TO pgsched_worker, pgsched_admin;
 
-DROP TRIGGER IF EXISTS tasks_settle_dependents ON pgsched.tasks;
-CREATE TRIGGER tasks_settle_dependents
-AFTER UPDATE ON pgsched.tasks
-REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_settle_dependents();
+-- The trigger is there in trigger mode only: audit_writer_apply (sql/code/transitions.sql)
+-- makes it.
+SELECT pgsched.audit_writer_apply();
 
 -- Results --------------------------------------------------------------------------------
 
