@@ -252,7 +252,8 @@ REVOKE ALL ON FUNCTION pgsched.audit_writer_apply() FROM public;
 
 SELECT pgsched.audit_writer_apply();
 COMMENT ON FUNCTION pgsched.events_by_functions() IS 'Whether the state-changing functions write their own task_events rows (settings.audit_writer = ''functions'') rather than the transition trigger: a constant, remade by audit_writer_apply.';
-GRANT EXECUTE ON FUNCTION pgsched.events_by_functions() TO public;
+REVOKE ALL ON FUNCTION pgsched.events_by_functions() FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.events_by_functions() TO pgsched_producer, pgsched_worker, pgsched_admin;
 
 -- Switch who writes the events. Waits for statements running on pgsched.tasks (dropping
 -- or making the trigger locks the table against writes), so no change falls between the
