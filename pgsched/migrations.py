@@ -21,7 +21,7 @@ earlier releases. A database those 33 files made (their checksums recorded, see
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 
@@ -49,6 +49,8 @@ class MigrateResult:
     applied: list[int]
     current_version: int
     code_applied: list[str] = field(default_factory=list)
+    # What `migrate --distributed` did: 'distributed', 'already distributed', or None.
+    distributed: str | None = None
 
 
 _VERSION_TABLE = """
@@ -73,17 +75,46 @@ _OLDER_THAN_BASELINE = (
 )
 
 
-def migrate(conninfo: str) -> MigrateResult:
-    """Bring the database at `conninfo` up to the newest schema this package ships."""
+def migrate(conninfo: str, *, distributed: bool = False) -> MigrateResult:
+    """Bring the database at `conninfo` up to the newest schema this package ships; with
+    `distributed`, then distribute its tables over the Citus worker nodes in the same
+    transaction (`pgsched.distribute()`, sql/code/distribution.sql). Check
+    `distribution_problem` first: a database that cannot be distributed is refused there
+    before anything changes."""
     known = migrations()
     code = code_files()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         try:
             with conn.transaction():
-                return _migrate_locked(conn, known, code)
+                result = _migrate_locked(conn, known, code)
+                if distributed:
+                    row = conn.execute(query("tables_distribute")).fetchone()
+                    result = replace(result, distributed=str(row[0]) if row else None)
+                return result
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+def distribution_problem(conninfo: str) -> str | None:
+    """Why the database at `conninfo` cannot be distributed over Citus worker nodes (no
+    citus extension, no worker node registered), or None. Reads only: nothing changes."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(query("citus_installed")).fetchone()
+        if not (row and row[0]):
+            return (
+                "the citus extension is not in this database: load it (shared_preload_libraries"
+                " = citus) and run CREATE EXTENSION citus on the coordinator and on every"
+                " worker node"
+            )
+        nodes = conn.execute(query("citus_worker_nodes")).fetchone()
+        if not (nodes and nodes[0]):
+            return (
+                "no worker node is registered with this coordinator: run SELECT"
+                " citus_set_coordinator_host(host, port) once and SELECT"
+                " citus_add_node(host, port) for each worker node"
+            )
+    return None
 
 
 def _is_legacy(applied: dict[int, tuple[str, str]]) -> bool:

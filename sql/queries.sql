@@ -371,6 +371,21 @@ FROM pgsched.partitions_maintain(%(ahead)s, %(keep)s, %(now)s, %(lock_wait)s);
 -- the host's (clock_timestamp, not now(): the caller may be inside a transaction).
 SELECT clock_timestamp() AS now;
 
+-- name: citus_installed
+SELECT exists(
+    SELECT 1 FROM pg_catalog.pg_extension
+    WHERE extname = 'citus'
+) AS installed;
+
+-- name: citus_worker_nodes
+SELECT count(*) AS nodes FROM pg_catalog.citus_get_active_worker_nodes();
+
+-- name: tables_distribute
+SELECT pgsched.distribute() AS outcome;
+
+-- name: database_is_distributed
+SELECT pgsched.is_distributed() AS distributed;
+
 -- name: schema_migrations_present
 SELECT to_regclass('pgsched.schema_migrations') IS NOT NULL AS present;
 

@@ -18,30 +18,26 @@ from pgsched.cli.options import render_table
 from pgsched.cli.root import CliState, with_connect_timeout
 from pgsched.dsn import check_conninfo
 from pgsched.embedded import EmbeddedCluster, ensure_embedded
-from pgsched.migrations import migrate
-
-# What stops a distributed install today (docs/scaling.md, "Outgrowing one primary").
-DISTRIBUTED_NOT_YET = (
-    "--distributed: not yet supported: distributing pgsched's tables over Citus worker nodes"
-    " (the transition trigger on tasks, keys without tenant_id and the time partitions of"
-    " finished tasks are not distributable yet; see docs/scaling.md). Nothing was changed."
-    " On a Citus coordinator, `pgsched migrate` without it installs single-node mode"
-)
+from pgsched.migrations import distribution_problem, migrate
+from pgsched.startup import DISTRIBUTED_NOT_YET
 
 
 @click.command("migrate")
 @click.option(
     "--distributed",
     is_flag=True,
-    help="Distribute the tables over Citus worker nodes, by tenant: not yet supported"
-    " (refused, nothing changed); single-node mode works on a Citus coordinator.",
+    help="Then distribute the tables over the Citus worker nodes, by tenant (on a Citus"
+    " coordinator with its worker nodes registered; one way). See docs/scaling.md.",
 )
 @click.pass_obj
 def migrate_cmd(state: CliState, distributed: bool) -> None:
     """Apply pgsched's SQL migrations (safe to run twice, or from two processes)."""
+    dsn = state.database()
     if distributed:
-        raise StyledBadInput(DISTRIBUTED_NOT_YET)
-    result = migrate(state.database())
+        problem = distribution_problem(dsn)
+        if problem:
+            raise StyledBadInput(f"--distributed: {problem}. Nothing was changed.")
+    result = migrate(dsn, distributed=distributed)
     if result.applied:
         applied = ", ".join(f"{v:04d}" for v in result.applied)
         click.echo(f"applied {applied}; schema version {result.current_version}")
@@ -51,6 +47,9 @@ def migrate_cmd(state: CliState, distributed: bool) -> None:
         click.echo(f"applied sql/code/ {code}; schema version {result.current_version}")
     else:
         click.echo(f"up to date at schema version {result.current_version}")
+    if result.distributed:
+        click.echo(f"{result.distributed}: tables placed by tenant over the Citus worker nodes")
+        click.echo(DISTRIBUTED_NOT_YET)
 
 
 @click.command()

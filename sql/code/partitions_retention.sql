@@ -412,6 +412,23 @@ COMMENT ON FUNCTION pgsched.partitions_maintain(integer, interval, timestamp wit
 REVOKE ALL ON FUNCTION pgsched.partitions_maintain(integer, interval, timestamptz, interval) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.partitions_maintain(integer, interval, timestamptz, interval) TO pgsched_worker, pgsched_admin;
 
+-- The rows of a table, counted up to cap: a default partition's, named by oid so that the
+-- functions reading it are made where that partition does not exist (distributed mode makes
+-- tasks_finished one table: sql/code/distribution.sql).
+CREATE OR REPLACE FUNCTION pgsched.rows_up_to(rel regclass, cap integer) RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %s LIMIT %s) AS d', rel, cap) INTO n;
+    RETURN n;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.rows_up_to(regclass, integer) IS 'The number of rows of rel, counted up to cap.';
+REVOKE ALL ON FUNCTION pgsched.rows_up_to(regclass, integer) FROM public;
+
 -- tasks_finished's partitions and their bounds, as event_partitions() lists task_events'
 -- (lower_bound NULL: the archive; both NULL: the default partition, whose rows are counted
 -- up to 100,000).
@@ -429,7 +446,7 @@ AS $$
            CASE WHEN b.m[2] <> 'MAXVALUE' THEN btrim(b.m[2], '''')::timestamptz END,
            b.m IS NULL,
            CASE WHEN b.m IS NULL
-                THEN (SELECT count(*) FROM (SELECT 1 FROM pgsched.tasks_finished_default LIMIT 100000) AS d)
+                THEN pgsched.rows_up_to(c.oid, 100000)
                 ELSE greatest(c.reltuples, 0)::bigint END
       FROM pg_catalog.pg_inherits AS i
       JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
@@ -475,14 +492,22 @@ CREATE OR REPLACE FUNCTION pgsched.finished_partitions_maintain(
     as_of timestamptz DEFAULT NULL,
     lock_wait interval DEFAULT '1 second'
 ) RETURNS TABLE (partition_name text, action text, task_rows bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET timezone = 'UTC'
 AS $$
+BEGIN
+    -- In distributed mode tasks_finished is one table (Citus distributes one level of
+    -- partitions): retention_prune deletes its old rows in batches instead.
+    IF (SELECT c.relkind FROM pg_class AS c WHERE c.oid = 'pgsched.tasks_finished'::regclass) <> 'p' THEN
+        RETURN;
+    END IF;
     -- FAILED rows are in tasks_done, never here: the archive expires whole, as a period does.
-    SELECT * FROM pgsched.time_partitions_maintain(
+    RETURN QUERY SELECT * FROM pgsched.time_partitions_maintain(
         'finished_partitions_maintain', 'pgsched.tasks_finished', 'pgsched.finished_partitions', NULL,
-        ahead, keep, as_of, lock_wait)
+        finished_partitions_maintain.ahead, finished_partitions_maintain.keep,
+        finished_partitions_maintain.as_of, finished_partitions_maintain.lock_wait);
+END;
 $$;
 COMMENT ON FUNCTION pgsched.finished_partitions_maintain(integer, interval, timestamp with time zone, interval) IS 'The retention sweep: makes the partitions of tasks_finished for the next ahead periods and drops those wholly older than keep, with their tasks'' idempotency keys. Waits at most lock_wait for the lock; a lock not granted changes nothing. 22023 on bad arguments.';
 REVOKE ALL ON FUNCTION pgsched.finished_partitions_maintain(integer, interval, timestamptz, interval) FROM public;

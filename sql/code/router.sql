@@ -27,11 +27,16 @@ GRANT EXECUTE ON FUNCTION pgsched.lane_for(integer, text) TO pgsched_worker, pgs
 
 CREATE OR REPLACE FUNCTION pgsched.tier_horizons(as_of timestamptz DEFAULT NULL)
 RETURNS TABLE (immediate_until timestamptz, hot_until timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: in distributed mode settings is a Citus reference table, and Citus
+    -- refuses a SQL function that reads one with a parameter (as every caller passes).
+    RETURN QUERY
     SELECT coalesce(as_of, now()) + extract(epoch FROM s.immediate_window) * INTERVAL '1 second',
            coalesce(as_of, now()) + extract(epoch FROM s.hot_window) * INTERVAL '1 second'
-      FROM pgsched.settings AS s
+      FROM pgsched.settings AS s;
+END;
 $$;
 COMMENT ON FUNCTION pgsched.tier_horizons(timestamp with time zone) IS 'Where the IMMEDIATE and HOT routes end as of as_of (default now), from pgsched.settings.';
 REVOKE ALL ON FUNCTION pgsched.tier_horizons(timestamptz) FROM public;
@@ -91,7 +96,22 @@ DECLARE
     created_ids bigint[];
     wake_lanes pgsched.task_lane[];
     wake_due timestamptz[];
+    bad record;
 BEGIN
+    -- In 'functions' mode no trigger refuses a bad due time (sql/code/transitions.sql):
+    -- it is refused here, in the trigger's words, before anything is written.
+    IF pgsched.events_by_functions() THEN
+        SELECT d.task_type, coalesce(d.tenant_id, 'default') AS tenant_id,
+               pgsched.run_at_problem(coalesce(d.run_at, as_of)) AS problem
+          INTO bad
+          FROM unnest(task_types, run_ats, tenant_ids) AS d (task_type, run_at, tenant_id)
+         WHERE pgsched.run_at_problem(coalesce(d.run_at, as_of)) IS NOT NULL
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgsched: % (task_type %, tenant_id %)', bad.problem, bad.task_type, bad.tenant_id
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
     SELECT * INTO h FROM pgsched.tier_horizons(as_of);
     -- Ids are drawn up front so each input row knows its would-be id.
     ids := ARRAY(SELECT nextval('pgsched.task_id_seq') FROM generate_series(1, n));

@@ -599,6 +599,12 @@ BEGIN
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- The insert trigger's check, made here too: in 'functions' mode there is no trigger.
+    problem := pgsched.run_at_problem(due);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'pgsched: % (task_type %, tenant_id %)', problem, schedule_task_ex.task_type, owner
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF schedule_task_ex.complete_by IS NOT NULL OR schedule_task_ex.deadline_callback IS NOT NULL THEN
         problem := pgsched.deadline_problem(
             schedule_task_ex.complete_by, due, schedule_task_ex.deadline_callback,

@@ -41,52 +41,60 @@ COMMENT ON FUNCTION pgsched.tenant_reader_tenants() IS 'The tenants the current 
 -- tells a role nothing but its own bindings.
 GRANT EXECUTE ON FUNCTION pgsched.tenant_reader_tenants() TO public;
 
--- The bindings: a reader sees its own, so it can tell which tenant it reads.
-ALTER TABLE pgsched.tenant_readers ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS tenant_readers_own ON pgsched.tenant_readers;
-CREATE POLICY tenant_readers_own ON pgsched.tenant_readers
-USING (
-    (SELECT NOT pg_catalog.pg_has_role(current_user, 'pgsched_tenant_reader', 'MEMBER'))
-    OR role_name IN (
-        SELECT r.rolname FROM pg_catalog.pg_roles AS r
-        WHERE pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
-    )
-);
+-- In distributed mode there are no policies: Citus refuses a policy with a subquery, and
+-- pgsched.distribute() dropped them and took the tables from the readers (docs/scaling.md).
+DO $$
+BEGIN
+    IF NOT pgsched.is_distributed() THEN
+        -- The bindings: a reader sees its own, so it can tell which tenant it reads.
+        ALTER TABLE pgsched.tenant_readers ENABLE ROW LEVEL SECURITY;
+        DROP POLICY IF EXISTS tenant_readers_own ON pgsched.tenant_readers;
+        CREATE POLICY tenant_readers_own ON pgsched.tenant_readers
+        USING (
+            (SELECT NOT pg_catalog.pg_has_role(current_user, 'pgsched_tenant_reader', 'MEMBER'))
+            OR role_name IN (
+                SELECT r.rolname FROM pg_catalog.pg_roles AS r
+                WHERE pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')
+            )
+        );
 
--- One policy a table, for every command: a role that is no tenant reader passes at once
--- (one evaluation a statement, not a row), so workers and admins read and write as before;
--- a reader has no write grant, and reads only its tenants' rows.
-ALTER TABLE pgsched.tasks ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS tasks_tenant_reader ON pgsched.tasks;
-CREATE POLICY tasks_tenant_reader ON pgsched.tasks
-USING (
-    (SELECT pgsched.tenant_reader_tenants()) IS NULL
-    OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
-);
+        -- One policy a table, for every command: a role that is no tenant reader passes at once
+        -- (one evaluation a statement, not a row), so workers and admins read and write as before;
+        -- a reader has no write grant, and reads only its tenants' rows.
+        ALTER TABLE pgsched.tasks ENABLE ROW LEVEL SECURITY;
+        DROP POLICY IF EXISTS tasks_tenant_reader ON pgsched.tasks;
+        CREATE POLICY tasks_tenant_reader ON pgsched.tasks
+        USING (
+            (SELECT pgsched.tenant_reader_tenants()) IS NULL
+            OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
+        );
 
-ALTER TABLE pgsched.task_events ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS task_events_tenant_reader ON pgsched.task_events;
-CREATE POLICY task_events_tenant_reader ON pgsched.task_events
-USING (
-    (SELECT pgsched.tenant_reader_tenants()) IS NULL
-    OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
-);
+        ALTER TABLE pgsched.task_events ENABLE ROW LEVEL SECURITY;
+        DROP POLICY IF EXISTS task_events_tenant_reader ON pgsched.task_events;
+        CREATE POLICY task_events_tenant_reader ON pgsched.task_events
+        USING (
+            (SELECT pgsched.tenant_reader_tenants()) IS NULL
+            OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
+        );
 
-ALTER TABLE pgsched.task_events_archive ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS task_events_archive_tenant_reader ON pgsched.task_events_archive;
-CREATE POLICY task_events_archive_tenant_reader ON pgsched.task_events_archive
-USING (
-    (SELECT pgsched.tenant_reader_tenants()) IS NULL
-    OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
-);
+        ALTER TABLE pgsched.task_events_archive ENABLE ROW LEVEL SECURITY;
+        DROP POLICY IF EXISTS task_events_archive_tenant_reader ON pgsched.task_events_archive;
+        CREATE POLICY task_events_archive_tenant_reader ON pgsched.task_events_archive
+        USING (
+            (SELECT pgsched.tenant_reader_tenants()) IS NULL
+            OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
+        );
 
-ALTER TABLE pgsched.schedules ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS schedules_tenant_reader ON pgsched.schedules;
-CREATE POLICY schedules_tenant_reader ON pgsched.schedules
-USING (
-    (SELECT pgsched.tenant_reader_tenants()) IS NULL
-    OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
-);
+        ALTER TABLE pgsched.schedules ENABLE ROW LEVEL SECURITY;
+        DROP POLICY IF EXISTS schedules_tenant_reader ON pgsched.schedules;
+        CREATE POLICY schedules_tenant_reader ON pgsched.schedules
+        USING (
+            (SELECT pgsched.tenant_reader_tenants()) IS NULL
+            OR tenant_id = any((SELECT pgsched.tenant_reader_tenants())::text[])
+        );
+    END IF;
+END;
+$$;
 
 CREATE OR REPLACE VIEW pgsched.tenant_tasks WITH (security_invoker = TRUE) AS
 SELECT

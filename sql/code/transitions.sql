@@ -232,7 +232,15 @@ BEGIN
         CASE WHEN writer = 'functions' THEN 'SELECT true' ELSE 'SELECT false' END);
     DROP TRIGGER IF EXISTS tasks_record_transitions ON pgsched.tasks;
     DROP TRIGGER IF EXISTS tasks_settle_dependents ON pgsched.tasks;
+    DROP TRIGGER IF EXISTS tasks_refuse_bad_due_times ON pgsched.tasks;
     IF writer = 'trigger' THEN
+        -- Every insert's due times are checked, whichever path wrote the rows. In
+        -- 'functions' mode the inserting functions check them (schedule_task_ex,
+        -- task_insert_many): Citus refuses this trigger as it refuses the others.
+        CREATE TRIGGER tasks_refuse_bad_due_times
+        AFTER INSERT ON pgsched.tasks
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_refuse_bad_due_times();
         CREATE TRIGGER tasks_record_transitions
         AFTER UPDATE ON pgsched.tasks
         REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
@@ -247,7 +255,7 @@ BEGIN
     RETURN writer;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.audit_writer_apply() IS 'Makes events_by_functions() and the transition trigger match settings.audit_writer; returns it. Run when sql/code/transitions.sql is applied and by audit_writer_set.';
+COMMENT ON FUNCTION pgsched.audit_writer_apply() IS 'Makes events_by_functions() and the triggers on pgsched.tasks (transitions, settling dependents, refusing bad due times) match settings.audit_writer; returns it. Run when sql/code/transitions.sql is applied and by audit_writer_set.';
 REVOKE ALL ON FUNCTION pgsched.audit_writer_apply() FROM public;
 
 SELECT pgsched.audit_writer_apply();
@@ -272,11 +280,3 @@ END;
 $$;
 COMMENT ON FUNCTION pgsched.audit_writer_set(text) IS 'Who writes task_events: ''trigger'' (single-node mode, the default: a status changed by any statement is checked and recorded) or ''functions'' (distributed mode: the state-changing functions write their own events). Returns the writer now in force.';
 REVOKE ALL ON FUNCTION pgsched.audit_writer_set(text) FROM public;
-
--- Every insert's due times are checked, whichever path wrote the rows
--- (task_refuse_bad_due_times above).
-DROP TRIGGER IF EXISTS tasks_refuse_bad_due_times ON pgsched.tasks;
-CREATE TRIGGER tasks_refuse_bad_due_times
-AFTER INSERT ON pgsched.tasks
-REFERENCING NEW TABLE AS new_rows
-FOR EACH STATEMENT EXECUTE FUNCTION pgsched.task_refuse_bad_due_times();

@@ -24,6 +24,7 @@ from tests.support.worker_helpers import create_test_tables, running_workers, wa
 
 BOTH_TRIGGERS = ["tasks_record_transitions", "tasks_settle_dependents"]
 UPDATE_TRIGGERS = "SELECT array_agg(tgname::text ORDER BY tgname) FROM pg_trigger WHERE tgrelid = 'pgsched.tasks'::regclass AND NOT tgisinternal AND tgtype & 16 = 16"  # noqa: E501
+INSERT_TRIGGERS = "SELECT array_agg(tgname::text ORDER BY tgname) FROM pg_trigger WHERE tgrelid = 'pgsched.tasks'::regclass AND NOT tgisinternal AND tgtype & 4 = 4"  # noqa: E501
 
 
 def _schedule(conn: psycopg.Connection, t: datetime, task_type: str, **kw: Any) -> int:
@@ -217,8 +218,11 @@ def test_switching_the_writer_adds_and_drops_the_triggers(conn: psycopg.Connecti
     assert conn.execute(UPDATE_TRIGGERS).fetchone() == (both,)
     assert conn.execute("SELECT pgsched.events_by_functions()").fetchone() == (False,)
 
+    assert conn.execute(INSERT_TRIGGERS).fetchone() == (["tasks_refuse_bad_due_times"],)
+
     assert conn.execute("SELECT pgsched.audit_writer_set('functions')").fetchone() == ("functions",)
     assert conn.execute(UPDATE_TRIGGERS).fetchone() == (None,)
+    assert conn.execute(INSERT_TRIGGERS).fetchone() == (None,)
     assert conn.execute("SELECT pgsched.events_by_functions()").fetchone() == (True,)
 
     with pytest.raises(errors.InvalidParameterValue, match="'trigger' or 'functions'"):
@@ -228,6 +232,7 @@ def test_switching_the_writer_adds_and_drops_the_triggers(conn: psycopg.Connecti
 
     assert conn.execute("SELECT pgsched.audit_writer_set('trigger')").fetchone() == ("trigger",)
     assert conn.execute(UPDATE_TRIGGERS).fetchone() == (both,)
+    assert conn.execute(INSERT_TRIGGERS).fetchone() == (["tasks_refuse_bad_due_times"],)
     assert conn.execute("SELECT pgsched.events_by_functions()").fetchone() == (False,)
 
 

@@ -16,10 +16,14 @@ from pgsched import App, InvalidTaskError, TaskSpec
 from tests.support.refusals import BAD_RUN_ATS, RANGE, counts, refused_in_sql
 
 
+# 'functions' (the audit writer of distributed mode) has no insert trigger: the scheduling
+# functions refuse the due time themselves, in the same words.
+@pytest.mark.parametrize("writer", ["trigger", "functions"])
 @pytest.mark.parametrize("run_at", BAD_RUN_ATS)
 def test_out_of_range_run_at_is_refused_by_every_sql_path(
-    conn: psycopg.Connection, db_dsn: str, run_at: str
+    conn: psycopg.Connection, db_dsn: str, run_at: str, writer: str
 ) -> None:
+    conn.execute("SELECT pgsched.audit_writer_set(%s)", (writer,))
     before = counts(conn)
     single = refused_in_sql(
         db_dsn,
@@ -45,6 +49,26 @@ def test_out_of_range_run_at_is_refused_by_every_sql_path(
         (run_at,),
     )
     assert recurring.startswith("pgsched: run_at ") and RANGE in recurring, recurring
+    assert counts(conn) == before
+
+
+@pytest.mark.parametrize("writer", ["trigger", "functions"])
+def test_the_engines_insert_refuses_a_bad_due_time_in_either_audit_mode(
+    conn: psycopg.Connection, db_dsn: str, writer: str
+) -> None:
+    """task_insert_many, under fan-out, workflows and recurring firings, takes due times its
+    callers have checked; the backstop is the insert trigger, or in 'functions' mode (no
+    trigger) the function itself."""
+    conn.execute("SELECT pgsched.audit_writer_set(%s)", (writer,))
+    before = counts(conn)
+    message = refused_in_sql(
+        db_dsn,
+        "SELECT * FROM pgsched.task_insert_many(ARRAY['ok', 'late'], NULL,"
+        " ARRAY[now(), '10000-01-01 00:00:00+00'::timestamptz], ARRAY[NULL, 'acme'],"
+        " NULL, ARRAY[NULL, 'k2'], NULL, NULL, NULL, NULL, NULL, now())",
+    )
+    assert message.startswith("pgsched: run_at ") and RANGE in message, message
+    assert message.endswith("(task_type late, tenant_id acme)"), message
     assert counts(conn) == before
 
 

@@ -105,9 +105,9 @@ class CitusCluster:
             with suppress(Exception):
                 node.stop()
 
-    def new_database(self, prefix: str = "pgsched_citus") -> str:
-        """A new database on every node with Citus in it and the workers registered;
-        returns the coordinator's conninfo for it."""
+    def new_database(self, prefix: str = "pgsched_citus", *, register_nodes: bool = True) -> str:
+        """A new database on every node with Citus in it and (unless `register_nodes` is
+        false) the workers registered; returns the coordinator's conninfo for it."""
         self._databases += 1
         name = f"{prefix}_{os.getpid()}_{self._databases}"
         for node in self.nodes:
@@ -115,6 +115,8 @@ class CitusCluster:
                 admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             with node.connect(name) as conn:
                 conn.execute("CREATE EXTENSION citus")
+        if not register_nodes:
+            return self.coordinator.dsn(name)
         with self.coordinator.connect(name) as conn:
             conn.execute(
                 "SELECT citus_set_coordinator_host(%s, %s)",
