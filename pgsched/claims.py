@@ -156,13 +156,48 @@ async def claim_many(
     return claimed
 
 
+async def claim_tenant(
+    conn: psycopg.AsyncConnection[Any],
+    tenant: str,
+    lane: str,
+    max_tasks: int,
+    worker: str,
+    lease: Any,
+) -> tuple[list[TaskRow], list[UndecodableRow]]:
+    """Distributed mode's claim: up to `max_tasks` due tasks of one tenant's `lane`, on its
+    shard (pgsched/worker/tenant_rotation.py). Returns what `claim_many` returns."""
+    started = time.time_ns()
+    cur = await conn.execute(
+        query("task_claim_tenant"),
+        {"tenant": tenant, "lane": lane, "max_tasks": max_tasks, "worker": worker, "lease": lease},
+    )
+    claimed = await _claimed_rows(conn, cur)
+    tracing.claimed(lane, claimed[0], started)
+    return claimed
+
+
+async def lane_due_tenants(
+    conn: psycopg.AsyncConnection[Any], lane: str, max_tenants: int
+) -> list[str]:
+    """The tenants with due QUEUED tasks in `lane` (at most `max_tenants`, by name), read
+    without locks."""
+    cur = await conn.execute(query("lane_due_tenants"), {"lane": lane, "max_tenants": max_tenants})
+    return [str(row[0]) for row in await cur.fetchall()]
+
+
 async def lane_next_due(
-    conn: psycopg.AsyncConnection[Any], lane: str, not_before: datetime | None = None
+    conn: psycopg.AsyncConnection[Any],
+    lane: str,
+    not_before: datetime | None = None,
+    *,
+    distributed: bool = False,
 ) -> tuple[datetime | None, datetime]:
     """When `lane`'s next QUEUED task is due (None: nothing queued; looked for from
     `not_before` on, the claim's floor), and the database's clock now: a claim that got
-    nothing sleeps until then by that clock."""
-    cur = await conn.execute(query("lane_next_due"), {"lane": lane, "not_before": not_before})
+    nothing sleeps until then by that clock. `distributed`: read across the shards of a
+    distributed database (the single-node function's plan cannot run there)."""
+    name = "lane_next_due" if not distributed else "lane_next_due_distributed"
+    cur = await conn.execute(query(name), {"lane": lane, "not_before": not_before})
     row = await cur.fetchone()
     assert row is not None
     return row[0], row[1]

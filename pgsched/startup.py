@@ -26,11 +26,12 @@ log = logging.getLogger("pgsched.startup")
 
 FIRST_RETRY_SECONDS = 0.5
 MAX_RETRY_SECONDS = 30.0
-# Distributed mode (`pgsched migrate --distributed`) places the tables by tenant; what a
-# worker claims with there, a claim per tenant, is not built yet (docs/scaling.md).
+# Distributed mode (`pgsched migrate --distributed`) places the tables by tenant; the
+# sweeps across shards are not built yet (docs/scaling.md).
 DISTRIBUTED_NOT_YET = (
-    "distributed mode: scheduling from SQL and Python works; workers and the sweeper do not"
-    " run on it yet (claims go tenant by tenant there: not built yet; see docs/scaling.md)"
+    "distributed mode: scheduling and workers run there; the sweeper does not yet (promotion,"
+    " recurring schedules, deadlines and retention across shards: not built yet; see"
+    " docs/scaling.md)"
 )
 
 # Without a connect_timeout in the conninfo, an unreachable host blocks a connect for as
@@ -61,11 +62,15 @@ def first_line(exc: BaseException) -> str:
 
 
 def wait_for_current_schema(
-    conninfo: str, process: str, stopped: Callable[[], bool] = lambda: False
+    conninfo: str,
+    process: str,
+    stopped: Callable[[], bool] = lambda: False,
+    *,
+    distributed_ok: bool = False,
 ) -> bool:
     """Wait until the database answers, then require its schema to be current. Returns
     False if `stopped()` became true while waiting; raises SchemaMismatchError, also on a
-    database in distributed mode (DISTRIBUTED_NOT_YET)."""
+    database in distributed mode unless `distributed_ok` (DISTRIBUTED_NOT_YET)."""
     attempt = 0
     while not stopped():
         attempt += 1
@@ -94,10 +99,18 @@ def wait_for_current_schema(
                 attempt,
                 extra={"event": "database_back"},
             )
-        if distributed and distributed[0]:
+        if distributed and distributed[0] and not distributed_ok:
             raise SchemaMismatchError(
                 f"{process} cannot run on this database: {DISTRIBUTED_NOT_YET}"
             )
         log.debug("%s: schema version %d is current", process, version)
         return True
     return False
+
+
+def database_is_distributed(conninfo: str) -> bool:
+    """Whether the database at `conninfo` is in distributed mode (its tasks spread over
+    Citus worker nodes)."""
+    with connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(query("database_is_distributed")).fetchone()
+    return bool(row and row[0])

@@ -179,6 +179,27 @@ SELECT
     db_now
 FROM pgsched.lane_next_due(%(lane)s, %(not_before)s);
 
+-- name: lane_next_due_distributed
+-- lane_next_due on a distributed database: one read across the shards (Citus runs no
+-- parameterized SQL function over a distributed table).
+SELECT
+    min(tk.next_run_at) AS next_due,
+    clock_timestamp() AS db_now
+FROM pgsched.tasks_hot AS tk
+WHERE tk.status = 'QUEUED' AND tk.lane = %(lane)s::pgsched.task_lane;
+
+-- name: task_claim_tenant
+-- Distributed mode's claim (pgsched/worker/tenant_rotation.py): its columns are those of
+-- task_claim_many above, done_by included, made by the function on the tenant's shard.
+SELECT *
+FROM pgsched.task_claim_tenant(
+    %(tenant)s, %(lane)s, %(max_tasks)s, %(worker)s, %(lease)s
+);
+
+-- name: lane_due_tenants
+SELECT tenant_id
+FROM pgsched.lane_due_tenants(%(lane)s, %(max_tenants)s) AS tenant_id;
+
 -- name: task_finish_many
 -- Binary arrays: text-encoding a flush of 500 outcomes was a tenth of the worker's time.
 SELECT

@@ -22,13 +22,14 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
 from pgsched.claims import claim_many, lane_next_due
+from pgsched.errors import ConfigError
 from pgsched.handlers import HandlerRegistry
 from pgsched.hot_tier.worker_side import open_hot_tier
 from pgsched.lanes import Lane
@@ -36,7 +37,7 @@ from pgsched.observability.logs import Reachability, task_fields
 from pgsched.observability.metrics import WorkerMetrics
 from pgsched.pools import PromptAsyncPool, PromptPool
 from pgsched.queries import query
-from pgsched.tasks import TaskRow, describe_task
+from pgsched.tasks import TaskRow, UndecodableRow, describe_task
 from pgsched.worker.cancels import CancelRequests
 from pgsched.worker.claim_floor import ClaimFloor
 from pgsched.worker.claim_loop import LaneLoop
@@ -50,6 +51,7 @@ from pgsched.worker.rescue_floor import RescueFloor
 from pgsched.worker.runner import NEVER_CONNECTED_WAIT_SECONDS, ConnectionSource, TaskRunner
 from pgsched.worker.services import LoopService, LoopServices, Periodic
 from pgsched.worker.stall import LoopStallWatchdog
+from pgsched.worker.tenant_rotation import TenantRotation
 from pgsched.worker.threads import LaneThreadPool
 from pgsched.worker.wakeup import Wakeups
 
@@ -91,8 +93,11 @@ class LaneEngine:
         on_thread_stuck: Callable[[LaneThreadPool, TaskRow | None, str | None], None],
         arm_next: Callable[[list[int]], None],
         stop_worker: Callable[[], None],
+        distributed: bool = False,
     ) -> None:
         self.lane = lane
+        # A distributed database (docs/scaling.md): claims go tenant by tenant.
+        self.distributed = distributed
         self.name = f"lane.{lane.value.lower()}"
         self.dsn = dsn
         self.worker_id = worker_id
@@ -194,13 +199,23 @@ class LaneEngine:
             self._stop.set()  # asked before this loop existed
         lane = self.lane
         config = self.config
+        if self.distributed and config.hot_tier is not None:
+            raise ConfigError(
+                "the Redis hot tier is not supported on a distributed database yet: start"
+                " the worker without it (docs/scaling.md)"
+            )
         # A Redis that may evict is refused here, before anything else starts (ConfigError).
         hot_tier = await asyncio.to_thread(open_hot_tier, config.hot_tier)
         self._pools: list[PromptAsyncPool | PromptPool] = []
         listen_target = config.listen_target(self.dsn)
         # Claims start at a floor only where NOTIFYs say what was queued behind it (not
-        # without LISTEN) and the claim is task_claim_many's (not the Redis hot tier's).
-        floor = ClaimFloor() if listen_target is not None and hot_tier is None else None
+        # without LISTEN) and the claim is task_claim_many's (not the Redis hot tier's,
+        # nor distributed mode's tenant by tenant).
+        floor = (
+            ClaimFloor()
+            if listen_target is not None and hot_tier is None and not self.distributed
+            else None
+        )
         wakeups = Wakeups(
             listen_target,
             (lane,),
@@ -243,7 +258,14 @@ class LaneEngine:
         if hot_tier is not None:
             async with pool.connection() as conn:
                 await hot_tier.source.open(conn)
-        claim_from = claim_many if hot_tier is None else hot_tier.source.claim
+        distributed = self.distributed
+        claim_from: Callable[..., Awaitable[tuple[list[TaskRow], list[UndecodableRow]]]]
+        if distributed:
+            claim_from = TenantRotation().claim  # pgsched/worker/tenant_rotation.py
+        elif hot_tier is not None:
+            claim_from = hot_tier.source.claim
+        else:
+            claim_from = claim_many
         feed = None if hot_tier is None else hot_tier.outcome_feed(pool)
 
         def flushed(batch: list[Outcome], applied: set[int]) -> None:
@@ -325,7 +347,10 @@ class LaneEngine:
             async with pool.connection() as conn:
                 # From the floor of the claim that got nothing, as that claim read.
                 return await lane_next_due(
-                    conn, lane.value, None if floor is None else floor.last_bound
+                    conn,
+                    lane.value,
+                    None if floor is None else floor.last_bound,
+                    distributed=distributed,
                 )
 
         async def probe_floor() -> None:

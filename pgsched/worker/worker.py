@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -34,7 +35,7 @@ from pgsched.hot_tier.worker_side import open_mirror
 from pgsched.lanes import Lane
 from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics
 from pgsched.recurring import arm_after_task
-from pgsched.startup import wait_for_current_schema
+from pgsched.startup import database_is_distributed, wait_for_current_schema
 from pgsched.sweeps import Sweeper, default_sweeps
 from pgsched.tasks import TaskRow, describe_task
 from pgsched.worker.config import WorkerConfig
@@ -88,6 +89,7 @@ class Worker:
         self._stop_requested: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._signals = 0
+        self._distributed = False
         self._engines: dict[Lane, LaneEngine] = {}
         self._stuck_lock = threading.Lock()
         self.completed = 0
@@ -185,8 +187,17 @@ class Worker:
             check_importable(registration)
         # Wait for the database, refuse a schema this pgsched does not match (raises).
         stopped = self._stop_requested.is_set
-        if not await asyncio.to_thread(wait_for_current_schema, self.dsn, "worker", stopped):
+        if not await asyncio.to_thread(
+            functools.partial(wait_for_current_schema, distributed_ok=True),
+            self.dsn,
+            "worker",
+            stopped,
+        ):
             return False
+        # Distributed mode: the lanes claim tenant by tenant (tenant_rotation.py).
+        self._distributed = await asyncio.to_thread(database_is_distributed, self.dsn)
+        if self._distributed:
+            log.info("distributed database: claims go tenant by tenant")
         if in_process:
             # The fork server imports the handlers' modules once; every handler process is
             # forked from it (handler_processes.py).
@@ -234,6 +245,7 @@ class Worker:
                 on_thread_stuck=self._on_thread_stuck,
                 arm_next=self._arm_next,
                 stop_worker=self.request_stop,
+                distributed=self._distributed,
             )
             for i, lane in enumerate(self.config.lanes)
         }

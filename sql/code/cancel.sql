@@ -386,14 +386,19 @@ GRANT EXECUTE ON FUNCTION pgsched.cancel_tasks(text, text, text, timestamptz, ti
 
 -- Which of these tasks (a worker's running ones) were asked to stop: the heartbeat
 -- thread's backstop for a lost notification.
+-- PL/pgSQL, not SQL: Citus refuses a SQL function that reads a distributed table with a
+-- parameter (distributed mode, sql/code/distribution.sql).
 CREATE OR REPLACE FUNCTION pgsched.task_cancel_requested(task_ids bigint[]) RETURNS SETOF bigint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT tk.id
       FROM pgsched.tasks AS tk
      WHERE tk.status = 'PROCESSING'
        AND tk.id = ANY(task_cancel_requested.task_ids)
-       AND tk.cancel_requested_at IS NOT NULL
+       AND tk.cancel_requested_at IS NOT NULL;
+END;
 $$;
 COMMENT ON FUNCTION pgsched.task_cancel_requested(bigint[]) IS 'Which of these tasks (a worker''s running ones) were asked to stop: the heartbeat''s backstop for a lost NOTIFY pgsched_cancel.';
 REVOKE ALL ON FUNCTION pgsched.task_cancel_requested(bigint[]) FROM public;

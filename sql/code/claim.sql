@@ -469,6 +469,126 @@ COMMENT ON FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, in
 REVOKE ALL ON FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, interval, timestamptz, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.task_claim_many(pgsched.task_lane, integer, text, interval, timestamptz, timestamptz) TO pgsched_worker, pgsched_admin;
 
+-- The claim of distributed mode (sql/code/distribution.sql): one tenant's due tasks of a
+-- lane, so every statement stays on the tenant's shard. Citus refuses a row lock across
+-- shards (task_claim_many's walk over every tenant) and a VOLATILE function in an UPDATE
+-- (the lease tokens are drawn with the lock, before it). The worker visits the lane's
+-- tenants with due work in turn (pgsched/worker/tenant_rotation.py): fairness between
+-- tenants holds per worker pass, not per statement. Returns the columns of the
+-- task_claim_many query (sql/queries.sql), done_by included: a query wrapping this one
+-- would be sent whole to the shard's node.
+CREATE OR REPLACE FUNCTION pgsched.task_claim_tenant(
+    tenant text,
+    claim_lane pgsched.task_lane,
+    max_tasks integer,
+    worker text,
+    lease interval DEFAULT '30 seconds',
+    as_of timestamptz DEFAULT NULL
+) RETURNS TABLE (
+    id bigint, task_type text, tenant_id text, payload_json text, metadata_json text,
+    attempt bigint, max_attempts bigint, scheduled_for timestamptz, lane pgsched.task_lane,
+    priority integer, idempotency_key text, lease_token uuid, schedule_id bigint, scope text,
+    done_by bigint, traceparent text, retry_delays interval[], snoozes integer
+)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    t timestamptz := coalesce(as_of, now());
+    picked bigint[];
+    tokens uuid[];
+BEGIN
+    IF task_claim_tenant.max_tasks IS NULL OR task_claim_tenant.max_tasks < 0 THEN
+        RAISE EXCEPTION 'pgsched: max_tasks must be 0 or more, got %', quote_nullable(task_claim_tenant.max_tasks)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF task_claim_tenant.lease IS NULL OR task_claim_tenant.lease <= INTERVAL '0'
+       OR task_claim_tenant.lease > INTERVAL '100 years' THEN
+        RAISE EXCEPTION 'pgsched: lease must be a positive interval (at most 100 years), got %',
+            quote_nullable(task_claim_tenant.lease) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgsched.task_limits) THEN
+        RAISE EXCEPTION 'pgsched: task limits are not supported in distributed mode yet (docs/scaling.md); remove them with pgsched limits'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(gen_random_uuid()), '{}')
+      INTO picked, tokens
+      FROM (
+        SELECT tk.id
+          FROM pgsched.tasks_hot AS tk
+         WHERE tk.tenant_id = task_claim_tenant.tenant
+           AND tk.status = 'QUEUED'
+           AND tk.lane = task_claim_tenant.claim_lane
+           AND tk.next_run_at <= t
+         ORDER BY tk.priority DESC, tk.next_run_at
+         LIMIT task_claim_tenant.max_tasks
+           FOR UPDATE SKIP LOCKED
+      ) AS x;
+    IF cardinality(picked) = 0 THEN
+        RETURN;
+    END IF;
+    UPDATE pgsched.tasks AS tk
+       SET status = 'PROCESSING',
+           attempts = tk.attempts + 1,
+           locked_by = task_claim_tenant.worker,
+           lease_token = c.token,
+           lease_expires_at = t + task_claim_tenant.lease,
+           last_run_at = t,
+           updated_at = t,
+           status_reason = NULL
+      FROM unnest(picked, tokens) AS c (id, token)
+     WHERE tk.tenant_id = task_claim_tenant.tenant
+       AND tk.id = c.id
+       AND tk.status = 'QUEUED';
+    -- The claim's events (this mode's audit is written by the functions), then the rows.
+    INSERT INTO pgsched.task_events (
+        task_id, tenant_id, task_type, from_status, to_status,
+        occurred_at, scheduled_for, attempt, worker, detail
+    )
+    SELECT tk.id, tk.tenant_id, tk.task_type, 'QUEUED', 'PROCESSING',
+           tk.updated_at, tk.next_run_at, tk.attempts, tk.locked_by, tk.status_reason
+      FROM pgsched.tasks AS tk
+     WHERE tk.tenant_id = task_claim_tenant.tenant AND tk.id = ANY (picked)
+       AND tk.status = 'PROCESSING' AND tk.lease_token = ANY (tokens);
+    RETURN QUERY
+    SELECT tk.id, tk.task_type, tk.tenant_id, tk.payload::text, tk.metadata::text, tk.attempts,
+           tk.max_attempts, tk.next_run_at, tk.lane, tk.priority, tk.idempotency_key, tk.lease_token,
+           tk.schedule_id, tk.scope, cw.task_id, tk.traceparent, tk.retry_delays, coalesce(tk.snoozes, 0)
+      FROM pgsched.tasks AS tk
+      LEFT JOIN pgsched.completed_work AS cw
+        ON cw.tenant_id = tk.tenant_id AND cw.task_type = tk.task_type
+       AND cw.idempotency_key = tk.idempotency_key
+     WHERE tk.tenant_id = task_claim_tenant.tenant AND tk.id = ANY (picked)
+       AND tk.status = 'PROCESSING' AND tk.lease_token = ANY (tokens)
+     ORDER BY tk.priority DESC, tk.next_run_at;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.task_claim_tenant(text, pgsched.task_lane, integer, text, interval, timestamp with time zone) IS 'Distributed mode''s claim: up to max_tasks due tasks of one tenant and lane (higher priority first, then earliest due; FOR UPDATE SKIP LOCKED), each made PROCESSING with a lease and its event written, every statement on the tenant''s shard. Returns the columns of the task_claim_many query, done_by included. Task limits are refused (not supported in distributed mode yet).';
+REVOKE ALL ON FUNCTION pgsched.task_claim_tenant(text, pgsched.task_lane, integer, text, interval, timestamptz) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_claim_tenant(text, pgsched.task_lane, integer, text, interval, timestamptz) TO pgsched_worker, pgsched_admin;
+
+-- The tenants of a lane with due work, read without locks (across every shard in
+-- distributed mode): whom a worker's pass visits (pgsched/worker/tenant_rotation.py).
+CREATE OR REPLACE FUNCTION pgsched.lane_due_tenants(lane pgsched.task_lane, max_tenants integer DEFAULT 1000)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT DISTINCT tk.tenant_id
+      FROM pgsched.tasks_hot AS tk
+     WHERE tk.status = 'QUEUED' AND tk.lane = lane_due_tenants.lane AND tk.next_run_at <= now()
+     ORDER BY tk.tenant_id
+     LIMIT lane_due_tenants.max_tenants;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.lane_due_tenants(pgsched.task_lane, integer) IS 'The tenants with due QUEUED tasks in a lane (at most max_tenants, by name), read without locks: the tenants a distributed-mode worker visits in turn.';
+REVOKE ALL ON FUNCTION pgsched.lane_due_tenants(pgsched.task_lane, integer) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.lane_due_tenants(pgsched.task_lane, integer) TO pgsched_worker, pgsched_admin;
+
 -- When a lane next has work, by the database clock: the worker sleeps exactly that long.
 CREATE OR REPLACE FUNCTION pgsched.lane_next_due(lane pgsched.task_lane, not_before timestamptz DEFAULT NULL)
 RETURNS TABLE (next_due timestamptz, db_now timestamptz)

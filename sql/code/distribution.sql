@@ -24,6 +24,34 @@ COMMENT ON FUNCTION pgsched.is_distributed() IS 'Whether pgsched.tasks is a Citu
 REVOKE ALL ON FUNCTION pgsched.is_distributed() FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.is_distributed() TO pgsched_producer, pgsched_worker, pgsched_admin;
 
+-- Whether this database is distributed, as a constant the planner folds: the functions
+-- whose statements differ in distributed mode test it at no cost in single-node mode.
+-- Distributed mode plans at each call (Citus plans no distributed statement with
+-- parameters left in it) and takes no row lock across shards (Citus refuses one): a
+-- sweep picks rows without locks, then changes them with a compare-and-set. Remade by
+-- distribution_apply, when this file is applied and by distribute.
+CREATE OR REPLACE FUNCTION pgsched.distribution_apply() RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    distributed boolean := pgsched.is_distributed();
+BEGIN
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION pgsched.distributed_mode() RETURNS boolean '
+        'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        CASE WHEN distributed THEN 'SELECT true' ELSE 'SELECT false' END);
+    RETURN distributed;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.distribution_apply() IS 'Makes distributed_mode() match is_distributed(); returns it. Run when sql/code/distribution.sql is applied and by distribute.';
+REVOKE ALL ON FUNCTION pgsched.distribution_apply() FROM public;
+
+SELECT pgsched.distribution_apply();
+COMMENT ON FUNCTION pgsched.distributed_mode() IS 'Whether pgsched''s tables are distributed over Citus worker nodes, as a constant (remade by distribution_apply) that single-node mode''s planner folds away.';
+REVOKE ALL ON FUNCTION pgsched.distributed_mode() FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.distributed_mode() TO pgsched_producer, pgsched_worker, pgsched_admin;
+
 -- Where each of pgsched's tables lives: 'distributed' (by tenant_id, colocated with
 -- tasks), 'reference' (a copy on every node) or 'coordinator' (local to it). The one
 -- list distribute reads, and the docs' table of placements (docs/scaling.md).
@@ -142,6 +170,7 @@ BEGIN
                            'pgsched.' || place.table_name, 'tenant_id', 'pgsched.tasks');
         END IF;
     END LOOP;
+    PERFORM pgsched.distribution_apply();
     RETURN 'distributed';
 END;
 $$;

@@ -89,9 +89,13 @@ DECLARE
     ended_as pgsched.task_status[];
     stale bigint[];
     wake pgsched.task_lane[];
+    dues timestamptz[];
 BEGIN
-    -- The usual flush is planned once per connection (see the top of this file).
-    PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
+    -- The usual flush is planned once per connection (see the top of this file); in
+    -- distributed mode at each call (sql/code/distribution.sql).
+    IF NOT pgsched.distributed_mode() THEN
+        PERFORM set_config('plan_cache_mode', 'force_generic_plan', TRUE);
+    END IF;
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     SELECT u.outcome INTO bad
       FROM unnest(outcomes) AS u(outcome)
@@ -127,6 +131,15 @@ BEGIN
                  CROSS JOIN pgsched.settings AS s) AS r;
     END IF;
 
+    -- Each report's next due time if it is retried or snoozed. Computed here, not in the
+    -- UPDATE: Citus refuses a STABLE function of a column there (timestamptz + interval is
+    -- one, so is format), so the UPDATE below uses neither.
+    dues := ARRAY(SELECT t + coalesce(d.delay, '0')
+                    FROM unnest(coalesce(task_finish_many.retry_delays,
+                                         array_fill(NULL::interval, ARRAY[cardinality(task_ids)])))
+                         WITH ORDINALITY AS d (delay, ord)
+                   ORDER BY d.ord);
+
     -- The reported rows, each found by its primary key whatever the statistics (see the
     -- top of this file), matched to its report by hashing.
     PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
@@ -141,11 +154,11 @@ BEGIN
                        THEN pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
                    WHEN u.outcome = 'SNOOZED'
                        THEN pgsched.tier_status(
-                           pgsched.tier_of(t + coalesce(u.delay, '0'), h.immediate_until, h.hot_until))
+                           pgsched.tier_of(u.due, h.immediate_until, h.hot_until))
                    -- CANCELLED with no request (not a report this worker makes): a failed attempt.
                    WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
                    ELSE pgsched.tier_status(
-                       pgsched.tier_of(t + coalesce(u.delay, '0'), h.immediate_until, h.hot_until))
+                       pgsched.tier_of(u.due, h.immediate_until, h.hot_until))
                END),
                attempts = CASE
                    WHEN u.outcome IN ('RELEASED', 'SNOOZED') AND tk.cancel_requested_at IS NULL
@@ -159,10 +172,10 @@ BEGIN
                END,
                next_run_at = CASE
                    WHEN u.outcome = 'SNOOZED' AND tk.cancel_requested_at IS NULL
-                       THEN t + coalesce(u.delay, '0')
+                       THEN u.due
                    WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.cancel_requested_at IS NULL
                         AND tk.attempts < tk.max_attempts
-                       THEN t + coalesce(u.delay, '0')
+                       THEN u.due
                    ELSE tk.next_run_at
                END,
                last_error = CASE
@@ -171,30 +184,33 @@ BEGIN
                END,
                status_reason = CASE
                    WHEN u.outcome = 'COMPLETED' AND tk.cancel_requested_at IS NOT NULL
-                       THEN format('completed: the handler finished before the cancel requested by %s (%s) took effect',
-                                   tk.cancel_requested_by, tk.cancel_reason)
-                            || coalesce('; ' || u.error, '')
+                       THEN 'completed: the handler finished before the cancel requested by '
+                            || coalesce(tk.cancel_requested_by, '') || ' (' || coalesce(tk.cancel_reason, '')
+                            || ') took effect' || coalesce('; ' || u.error, '')
                    WHEN u.outcome = 'COMPLETED' THEN u.error
                    WHEN tk.cancel_requested_at IS NOT NULL
-                       THEN format('cancelled by %s: %s; %s', tk.cancel_requested_by, tk.cancel_reason,
-                                   coalesce(split_part(u.error, E'\n', 1), lower(u.outcome)))
+                       THEN 'cancelled by ' || coalesce(tk.cancel_requested_by, '') || ': '
+                            || coalesce(tk.cancel_reason, '') || '; '
+                            || coalesce(split_part(u.error, E'\n', 1), lower(u.outcome))
                    WHEN u.outcome = 'RELEASED' THEN coalesce(u.error, 'released unfinished at worker shutdown')
                    WHEN u.outcome = 'SNOOZED' THEN coalesce(u.error, 'snoozed')
                    WHEN u.outcome IN ('RETRY', 'CANCELLED') AND tk.attempts >= tk.max_attempts
-                       THEN format('attempts exhausted (%s of %s): %s', tk.attempts, tk.max_attempts, u.error)
+                       THEN 'attempts exhausted (' || tk.attempts::text || ' of ' || tk.max_attempts::text
+                            || '): ' || coalesce(u.error, '')
                    ELSE u.error
                END,
                result = CASE WHEN u.outcome = 'COMPLETED' THEN u.result ELSE tk.result END,
                lease_token = NULL,
                lease_expires_at = NULL,
                updated_at = t
-          FROM unnest(task_ids, lease_tokens, outcomes, errors, task_finish_many.retry_delays, results)
-               AS u(id, token, outcome, error, delay, result)
+          FROM unnest(task_ids, lease_tokens, outcomes, errors, dues, results)
+               AS u(id, token, outcome, error, due, result)
          WHERE tk.id = u.id AND tk.lease_token = u.token
            AND tk.id = ANY (task_ids)
-           -- The hot tier only (pruning), in words no partial index's predicate follows from.
+           -- The hot tier only (pruning), in words no partial index's predicate follows from
+           -- (and no enum-to-text cast, STABLE: refused by Citus, as above).
            AND tk.status IN ('QUEUED', 'PROCESSING')
-           AND tk.status::text = 'PROCESSING'
+           AND tk.status <> 'QUEUED'
         RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at,
                   tk.attempts, tk.locked_by, tk.status_reason, tk.updated_at
     ),
@@ -272,8 +288,13 @@ GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], tex
 CREATE OR REPLACE FUNCTION pgsched.work_once(
     tenant_id text, task_type text, key text, task_id bigint
 ) RETURNS boolean
-LANGUAGE sql
+LANGUAGE plpgsql
+-- PL/pgSQL, not SQL: Citus refuses a SQL function that writes a distributed table with a
+-- parameter (distributed mode, sql/code/distribution.sql).
 AS $$
+DECLARE
+    first_time boolean;
+BEGIN
     WITH ins AS (
         INSERT INTO pgsched.completed_work AS w (tenant_id, task_type, idempotency_key, task_id)
         -- '#once' cannot occur in a task type, so once-keys never meet idempotency keys.
@@ -281,7 +302,9 @@ AS $$
         ON CONFLICT DO NOTHING
         RETURNING w.task_id
     )
-    SELECT EXISTS (SELECT 1 FROM ins)
+    SELECT EXISTS (SELECT 1 FROM ins) INTO first_time;
+    RETURN first_time;
+END;
 $$;
 ALTER FUNCTION pgsched.work_once(text, text, text, bigint)
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
@@ -292,11 +315,14 @@ GRANT EXECUTE ON FUNCTION pgsched.work_once(text, text, text, bigint) TO pgsched
 CREATE OR REPLACE FUNCTION pgsched.work_record_done_many(
     task_ids bigint[], lease_tokens uuid[]
 ) RETURNS TABLE (task_id bigint, recorded boolean)
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET jit = off
+-- PL/pgSQL, not SQL: as work_once.
 AS $$
+BEGIN
+    RETURN QUERY
     WITH given AS (
         SELECT g.task_id, g.lease_token, g.ord
           FROM unnest(work_record_done_many.task_ids, work_record_done_many.lease_tokens)
@@ -320,7 +346,8 @@ AS $$
                      FROM ins JOIN held AS h ON h.id = ins.task_id
                     WHERE ins.task_id = g.task_id AND h.lease_token = g.lease_token)
       FROM given AS g
-     ORDER BY g.ord
+     ORDER BY g.ord;
+END;
 $$;
 COMMENT ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) IS 'Record in the completed-work ledger that these keyed tasks'' work is done, right after execute returned and before the batched completion; only the lease holder may record. Returns (task_id, recorded) per task.';
 REVOKE ALL ON FUNCTION pgsched.work_record_done_many(bigint[], uuid[]) FROM public;

@@ -65,6 +65,7 @@ AS $$
 DECLARE
     held bigint[];
     renewed bigint[];
+    until timestamptz;
 BEGIN
     IF task_heartbeat_many.lease IS NULL OR task_heartbeat_many.lease <= INTERVAL '0'
        OR task_heartbeat_many.lease > INTERVAL '100 years' THEN
@@ -75,6 +76,22 @@ BEGIN
     -- this file), matched to its token by hashing.
     PERFORM set_config('enable_seqscan', 'off', TRUE), set_config('enable_bitmapscan', 'off', TRUE),
             set_config('enable_nestloop', 'off', TRUE), set_config('enable_hashjoin', 'on', TRUE);
+    IF pgsched.distributed_mode() THEN
+        -- No row lock across shards (sql/code/distribution.sql): the compare-and-set alone,
+        -- waiting for a row a finish holds (and then leaving it, its lease gone).
+        -- The new expiry, a value: Citus refuses now() in a COALESCE in an UPDATE.
+        until := coalesce(as_of, now()) + lease;
+        RETURN QUERY
+        UPDATE pgsched.tasks AS tk
+           SET lease_expires_at = until
+          FROM unnest(task_ids, lease_tokens) AS u (id, token)
+         WHERE tk.id = u.id AND tk.lease_token = u.token
+           AND tk.id = ANY (task_ids)
+           AND tk.status IN ('QUEUED', 'PROCESSING')
+           AND tk.status <> 'QUEUED'
+        RETURNING tk.id;
+        RETURN;
+    END IF;
     FOR attempt IN 1..5 LOOP
         BEGIN
             SELECT coalesce(array_agg(l.id), '{}')
@@ -139,7 +156,11 @@ DECLARE
     ended bigint[];
     ended_as pgsched.task_status[];
     wake pgsched.task_lane[];
+    picked bigint[];
 BEGIN
+    IF pgsched.distributed_mode() THEN
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', TRUE);
+    END IF;
     IF lease_rescue_expired.max_tasks IS NULL OR lease_rescue_expired.max_tasks < 1 THEN
         RAISE EXCEPTION 'pgsched: max_tasks must be at least 1, got %', quote_nullable(lease_rescue_expired.max_tasks)
             USING ERRCODE = 'invalid_parameter_value';
@@ -147,31 +168,49 @@ BEGIN
     SELECT * INTO h FROM pgsched.tier_horizons(t);
     FOR attempt IN 1..5 LOOP
         BEGIN
-            WITH expired AS MATERIALIZED (
-                SELECT tk.id
-                  FROM pgsched.tasks AS tk
-                 WHERE tk.status = 'PROCESSING'
-                   AND tk.lease_expires_at < t
-                   AND tk.lease_expires_at >= coalesce(lease_rescue_expired.not_before, '-infinity')
-                   AND (lease_rescue_expired.lane IS NULL OR tk.lane = lease_rescue_expired.lane)
-                 ORDER BY tk.lease_expires_at
-                 LIMIT lease_rescue_expired.max_tasks
-                   FOR UPDATE SKIP LOCKED
-            ),
-            moved AS (
+            IF pgsched.distributed_mode() THEN
+                -- No row lock across shards (sql/code/distribution.sql): picked without
+                -- locks; the UPDATE's compare-and-set below leaves a row that moved on.
+                SELECT coalesce(array_agg(x.id), '{}') INTO picked
+                  FROM (
+                    SELECT tk.id
+                      FROM pgsched.tasks AS tk
+                     WHERE tk.status = 'PROCESSING'
+                       AND tk.lease_expires_at < t
+                       AND tk.lease_expires_at >= coalesce(lease_rescue_expired.not_before, '-infinity')
+                       AND (lease_rescue_expired.lane IS NULL OR tk.lane = lease_rescue_expired.lane)
+                     ORDER BY tk.lease_expires_at
+                     LIMIT lease_rescue_expired.max_tasks
+                  ) AS x;
+            ELSE
+                SELECT coalesce(array_agg(x.id), '{}') INTO picked
+                  FROM (
+                    SELECT tk.id
+                      FROM pgsched.tasks AS tk
+                     WHERE tk.status = 'PROCESSING'
+                       AND tk.lease_expires_at < t
+                       AND tk.lease_expires_at >= coalesce(lease_rescue_expired.not_before, '-infinity')
+                       AND (lease_rescue_expired.lane IS NULL OR tk.lane = lease_rescue_expired.lane)
+                     ORDER BY tk.lease_expires_at
+                     LIMIT lease_rescue_expired.max_tasks
+                       FOR UPDATE SKIP LOCKED
+                  ) AS x;
+            END IF;
+            WITH moved AS (
                 UPDATE pgsched.tasks AS tk
                    SET status = CASE
                            WHEN tk.cancel_requested_at IS NOT NULL THEN 'CANCELLED'::pgsched.task_status
                            WHEN tk.attempts >= tk.max_attempts THEN 'FAILED'::pgsched.task_status
                            ELSE pgsched.tier_status(pgsched.tier_of(tk.next_run_at, h.immediate_until, h.hot_until))
                        END,
+                       -- Concatenation, not format (STABLE: refused by Citus in an UPDATE).
                        status_reason = CASE
                            WHEN tk.cancel_requested_at IS NOT NULL
-                               THEN format('cancelled by %s: %s; worker lost (lease expired) before it stopped',
-                                           tk.cancel_requested_by, tk.cancel_reason)
+                               THEN 'cancelled by ' || coalesce(tk.cancel_requested_by, '') || ': '
+                                    || coalesce(tk.cancel_reason, '') || '; worker lost (lease expired) before it stopped'
                            WHEN tk.attempts >= tk.max_attempts
-                               THEN format('worker lost: lease expired, attempts exhausted (%s of %s)',
-                                           tk.attempts, tk.max_attempts)
+                               THEN 'worker lost: lease expired, attempts exhausted (' || tk.attempts::text
+                                    || ' of ' || tk.max_attempts::text || ')'
                            ELSE 'worker lost: lease expired; queued again'
                        END,
                        last_error = CASE
@@ -181,8 +220,7 @@ BEGIN
                        lease_token = NULL,
                        lease_expires_at = NULL,
                        updated_at = t
-                  FROM expired
-                 WHERE tk.id = expired.id AND tk.status = 'PROCESSING'
+                 WHERE tk.id = ANY (picked) AND tk.status = 'PROCESSING' AND tk.lease_expires_at < t
                 RETURNING tk.id, tk.tenant_id, tk.task_type, tk.lane, tk.status, tk.next_run_at,
                           tk.attempts, tk.locked_by, tk.status_reason, tk.updated_at
             ),

@@ -3,7 +3,8 @@ placed as `pgsched.distribution_placement()` says (by tenant, colocated; referen
 the coordinator), the keys widened with tenant_id, tasks_finished one table, the audit
 written by the functions; refused, with nothing changed, where Citus or its worker nodes
 are missing; scheduling then works from plain SQL and from Python, each row on its
-tenant's node; the worker and the sweeper refuse to start, naming why."""
+tenant's node; the sweeper refuses to start, naming why (workers run there:
+test_distributed_worker.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from psycopg import errors
 from pgsched import App
 from tests.support.citus_cluster import CitusCluster, dbname_of
 from tests.support.paths import REPO_ROOT
-from tests.support.worker_helpers import APP, PGSCHED, run_cli
+from tests.support.worker_helpers import PGSCHED, run_cli
 
-NOT_YET = "workers and the sweeper do not run on it yet"
+NOT_YET = "the sweeper does not yet"
 
 
 @pytest.fixture
@@ -280,13 +281,9 @@ def test_scheduling_works_from_sql_and_python_each_row_on_its_tenants_node(
     assert row == ("initech", "QUEUED")
 
 
-@pytest.mark.parametrize("process", ["worker", "sweeper"])
-def test_the_worker_and_the_sweeper_refuse_a_distributed_database(
-    distributed_dsn: str, process: str
-) -> None:
-    argv = [PGSCHED, process] + (["--app", APP] if process == "worker" else [])
+def test_the_sweeper_refuses_a_distributed_database(distributed_dsn: str) -> None:
     done = subprocess.run(
-        argv,
+        [PGSCHED, "sweeper"],
         cwd=REPO_ROOT,
         env={**os.environ, "PGSCHED_DSN": distributed_dsn},
         capture_output=True,
@@ -295,5 +292,5 @@ def test_the_worker_and_the_sweeper_refuse_a_distributed_database(
     )
     assert done.returncode == 2, done
     assert "Traceback" not in done.stderr
-    assert f"error: {process} cannot run on this database: distributed mode" in done.stderr
+    assert "error: sweeper cannot run on this database: distributed mode" in done.stderr
     assert NOT_YET in done.stderr
