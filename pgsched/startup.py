@@ -26,12 +26,14 @@ log = logging.getLogger("pgsched.startup")
 
 FIRST_RETRY_SECONDS = 0.5
 MAX_RETRY_SECONDS = 30.0
-# Distributed mode (`pgsched migrate --distributed`) places the tables by tenant; the
-# sweeps across shards are not built yet (docs/scaling.md).
+# What distributed mode (`pgsched migrate --distributed`, docs/scaling.md) does not run yet.
 DISTRIBUTED_NOT_YET = (
-    "distributed mode: scheduling and workers run there; the sweeper does not yet (promotion,"
-    " recurring schedules, deadlines and retention across shards: not built yet; see"
-    " docs/scaling.md)"
+    "not supported on a distributed database yet: the Redis hot tier, task limits, tenant"
+    " readers, and the `pgsched dead` commands and lane views (docs/scaling.md)"
+)
+HOT_TIER_NOT_DISTRIBUTED = (
+    "the Redis hot tier is not supported on a distributed database yet: start it without"
+    " --redis (docs/scaling.md)"
 )
 
 # Without a connect_timeout in the conninfo, an unreachable host blocks a connect for as
@@ -66,11 +68,11 @@ def wait_for_current_schema(
     process: str,
     stopped: Callable[[], bool] = lambda: False,
     *,
-    distributed_ok: bool = False,
+    distributed_refusal: str | None = None,
 ) -> bool:
     """Wait until the database answers, then require its schema to be current. Returns
-    False if `stopped()` became true while waiting; raises SchemaMismatchError, also on a
-    database in distributed mode unless `distributed_ok` (DISTRIBUTED_NOT_YET)."""
+    False if `stopped()` became true while waiting; raises SchemaMismatchError, also with
+    `distributed_refusal` (what this process cannot do there) on a distributed database."""
     attempt = 0
     while not stopped():
         attempt += 1
@@ -99,9 +101,9 @@ def wait_for_current_schema(
                 attempt,
                 extra={"event": "database_back"},
             )
-        if distributed and distributed[0] and not distributed_ok:
+        if distributed and distributed[0] and distributed_refusal:
             raise SchemaMismatchError(
-                f"{process} cannot run on this database: {DISTRIBUTED_NOT_YET}"
+                f"{process} cannot run on this database: {distributed_refusal}"
             )
         log.debug("%s: schema version %d is current", process, version)
         return True

@@ -52,7 +52,13 @@ from pgsched.option_checks import require_int, require_seconds
 from pgsched.pooler import DEFAULT_PREPARE_THRESHOLD, listen_target
 from pgsched.queries import query
 from pgsched.recurring import ScheduleRow, arm, database_now
-from pgsched.startup import connect, first_line, retry_delay, wait_for_current_schema
+from pgsched.startup import (
+    HOT_TIER_NOT_DISTRIBUTED,
+    connect,
+    first_line,
+    retry_delay,
+    wait_for_current_schema,
+)
 
 log = logging.getLogger("pgsched.sweeps")
 
@@ -408,7 +414,14 @@ class Sweeper:
         """Lead or wait until stop(). Raises SchemaMismatchError at start if the database's
         schema is not this pgsched's (waiting cannot fix that); an unreachable database is
         waited for."""
-        if not wait_for_current_schema(self.dsn, "sweeper", self._stop.is_set):
+        # The Redis hot tier's mirror (pgsched/hot_tier/mirror.py) cannot run there yet.
+        mirrors = any(sweep.name == "redis_mirror" for sweep in self.sweeps)
+        if not wait_for_current_schema(
+            self.dsn,
+            "sweeper",
+            self._stop.is_set,
+            distributed_refusal=HOT_TIER_NOT_DISTRIBUTED if mirrors else None,
+        ):
             return
         attempt = 0
         while not self._stop.is_set():

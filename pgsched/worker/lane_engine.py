@@ -29,7 +29,6 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from pgsched.claims import claim_many, lane_next_due
-from pgsched.errors import ConfigError
 from pgsched.handlers import HandlerRegistry
 from pgsched.hot_tier.worker_side import open_hot_tier
 from pgsched.lanes import Lane
@@ -199,11 +198,6 @@ class LaneEngine:
             self._stop.set()  # asked before this loop existed
         lane = self.lane
         config = self.config
-        if self.distributed and config.hot_tier is not None:
-            raise ConfigError(
-                "the Redis hot tier is not supported on a distributed database yet: start"
-                " the worker without it (docs/scaling.md)"
-            )
         # A Redis that may evict is refused here, before anything else starts (ConfigError).
         hot_tier = await asyncio.to_thread(open_hot_tier, config.hot_tier)
         self._pools: list[PromptAsyncPool | PromptPool] = []

@@ -35,7 +35,11 @@ from pgsched.hot_tier.worker_side import open_mirror
 from pgsched.lanes import Lane
 from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics
 from pgsched.recurring import arm_after_task
-from pgsched.startup import database_is_distributed, wait_for_current_schema
+from pgsched.startup import (
+    HOT_TIER_NOT_DISTRIBUTED,
+    database_is_distributed,
+    wait_for_current_schema,
+)
 from pgsched.sweeps import Sweeper, default_sweeps
 from pgsched.tasks import TaskRow, describe_task
 from pgsched.worker.config import WorkerConfig
@@ -187,8 +191,9 @@ class Worker:
             check_importable(registration)
         # Wait for the database, refuse a schema this pgsched does not match (raises).
         stopped = self._stop_requested.is_set
+        refusal = HOT_TIER_NOT_DISTRIBUTED if self.config.hot_tier is not None else None
         if not await asyncio.to_thread(
-            functools.partial(wait_for_current_schema, distributed_ok=True),
+            functools.partial(wait_for_current_schema, distributed_refusal=refusal),
             self.dsn,
             "worker",
             stopped,

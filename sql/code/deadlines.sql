@@ -36,6 +36,11 @@ AS $$
 DECLARE
     t timestamptz := coalesce(as_of, now());
     judged_ids bigint[];
+    picked bigint[];
+    missed_ids bigint[];
+    missed_schedules bigint[];
+    missed_statuses pgsched.task_status[];
+    missed_by timestamptz[];
     m record;
     callback bigint;
 BEGIN
@@ -43,23 +48,38 @@ BEGIN
         RAISE EXCEPTION 'pgsched: max_tasks must be at least 1, got %', quote_nullable(deadline_sweep.max_tasks)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    WITH due AS (
-        SELECT tk.id
-          FROM pgsched.tasks AS tk
-         WHERE tk.complete_by IS NOT NULL AND tk.deadline_outcome IS NULL
-           AND (tk.complete_by <= t OR tk.status = 'COMPLETED')
-         ORDER BY tk.complete_by
-         LIMIT deadline_sweep.max_tasks
-           FOR UPDATE SKIP LOCKED
-    ),
+    IF pgsched.distributed_mode() THEN
+        -- No row lock across shards (sql/code/distribution.sql): picked without locks; the
+        -- UPDATE below judges a row once (deadline_outcome IS NULL, a compare-and-set).
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', TRUE);
+        SELECT coalesce(array_agg(d.id), '{}') INTO picked
+          FROM (
+            SELECT tk.id
+              FROM pgsched.tasks AS tk
+             WHERE tk.complete_by IS NOT NULL AND tk.deadline_outcome IS NULL
+               AND (tk.complete_by <= t OR tk.status = 'COMPLETED')
+             ORDER BY tk.complete_by
+             LIMIT deadline_sweep.max_tasks
+          ) AS d;
+    ELSE
+        SELECT coalesce(array_agg(d.id), '{}') INTO picked
+          FROM (
+            SELECT tk.id
+              FROM pgsched.tasks AS tk
+             WHERE tk.complete_by IS NOT NULL AND tk.deadline_outcome IS NULL
+               AND (tk.complete_by <= t OR tk.status = 'COMPLETED')
+             ORDER BY tk.complete_by
+             LIMIT deadline_sweep.max_tasks
+               FOR UPDATE SKIP LOCKED
+          ) AS d;
+    END IF;
 
-    judged AS (
+    WITH judged AS (
         UPDATE pgsched.tasks AS tk
            SET deadline_outcome = CASE
                WHEN tk.status = 'COMPLETED' AND tk.updated_at <= tk.complete_by THEN 'met'
                ELSE 'missed' END
-          FROM due
-         WHERE tk.id = due.id
+         WHERE tk.id = ANY (picked) AND tk.deadline_outcome IS NULL
         RETURNING tk.id
     )
 
@@ -80,13 +100,20 @@ BEGIN
       FROM pgsched.tasks AS tk
      WHERE tk.id = ANY(judged_ids) AND tk.deadline_outcome = 'missed';
 
-    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what, fire_at, detail)
-    SELECT tk.schedule_id, t, 'deadline_missed', o.fire_at,
-           format('task %s was %s at its deadline %s', tk.id, tk.status, tk.complete_by)
+    -- The missed occurrences of recurring schedules: the tasks read first, then joined as
+    -- values (in distributed mode schedules stay on the coordinator, and Citus joins no
+    -- local table to a distributed one in one statement).
+    SELECT coalesce(array_agg(tk.id), '{}'), coalesce(array_agg(tk.schedule_id), '{}'),
+           coalesce(array_agg(tk.status), '{}'), coalesce(array_agg(tk.complete_by), '{}')
+      INTO missed_ids, missed_schedules, missed_statuses, missed_by
       FROM pgsched.tasks AS tk
-      LEFT JOIN pgsched.schedule_occurrences AS o ON o.schedule_id = tk.schedule_id AND o.task_id = tk.id
-     WHERE tk.id = ANY(judged_ids) AND tk.deadline_outcome = 'missed' AND tk.schedule_id IS NOT NULL
-       AND EXISTS (SELECT 1 FROM pgsched.schedules AS s WHERE s.id = tk.schedule_id);
+     WHERE tk.id = ANY(judged_ids) AND tk.deadline_outcome = 'missed' AND tk.schedule_id IS NOT NULL;
+    INSERT INTO pgsched.schedule_events (schedule_id, occurred_at, what, fire_at, detail)
+    SELECT x.schedule_id, t, 'deadline_missed', o.fire_at,
+           format('task %s was %s at its deadline %s', x.id, x.status, x.complete_by)
+      FROM unnest(missed_ids, missed_schedules, missed_statuses, missed_by) AS x (id, schedule_id, status, complete_by)
+      LEFT JOIN pgsched.schedule_occurrences AS o ON o.schedule_id = x.schedule_id AND o.task_id = x.id
+     WHERE EXISTS (SELECT 1 FROM pgsched.schedules AS s WHERE s.id = x.schedule_id);
 
     FOR m IN
         SELECT tk.id, tk.tenant_id, tk.task_type, tk.status, tk.complete_by, tk.deadline_outcome,

@@ -81,17 +81,32 @@ BEGIN
     -- the top of this file); then each row found by its primary key.
     PERFORM set_config('enable_sort', 'off', TRUE), set_config('enable_seqscan', 'off', TRUE),
             set_config('enable_bitmapscan', 'off', TRUE);
-    SELECT coalesce(array_agg(d.id), '{}')
-      INTO due
-      FROM (
-        SELECT tk.id
-          FROM pgsched.tasks AS tk
-         -- A task waiting for its parents is released by them, never promoted.
-         WHERE tk.status = 'PENDING' AND tk.next_run_at < horizon AND tk.waiting_for IS NULL
-         ORDER BY tk.next_run_at
-         LIMIT task_promote_due.max_tasks
-           FOR UPDATE SKIP LOCKED
-    ) AS d;
+    IF pgsched.distributed_mode() THEN
+        -- No row lock across shards (sql/code/distribution.sql): picked without locks; the
+        -- UPDATE's compare-and-set below leaves a row that moved on meanwhile.
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', TRUE);
+        SELECT coalesce(array_agg(d.id), '{}')
+          INTO due
+          FROM (
+            SELECT tk.id
+              FROM pgsched.tasks AS tk
+             WHERE tk.status = 'PENDING' AND tk.next_run_at < horizon AND tk.waiting_for IS NULL
+             ORDER BY tk.next_run_at
+             LIMIT task_promote_due.max_tasks
+        ) AS d;
+    ELSE
+        SELECT coalesce(array_agg(d.id), '{}')
+          INTO due
+          FROM (
+            SELECT tk.id
+              FROM pgsched.tasks AS tk
+             -- A task waiting for its parents is released by them, never promoted.
+             WHERE tk.status = 'PENDING' AND tk.next_run_at < horizon AND tk.waiting_for IS NULL
+             ORDER BY tk.next_run_at
+             LIMIT task_promote_due.max_tasks
+               FOR UPDATE SKIP LOCKED
+        ) AS d;
+    END IF;
     PERFORM set_config('enable_sort', 'on', TRUE);
     WITH moved AS (
         UPDATE pgsched.tasks AS tk

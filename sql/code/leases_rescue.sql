@@ -269,7 +269,25 @@ CREATE OR REPLACE FUNCTION pgsched.task_wake_overdue(
 LANGUAGE plpgsql
 SET jit = off
 AS $$
+DECLARE
+    r record;
 BEGIN
+    IF pgsched.distributed_mode() THEN
+        -- One grouped read across the shards (Citus pushes no aggregate down a lateral
+        -- join), uncapped.
+        FOR r IN
+            SELECT tk.lane, count(*) AS n
+              FROM pgsched.tasks AS tk
+             WHERE tk.status = 'QUEUED' AND tk.next_run_at < coalesce(as_of, now()) - older_than
+             GROUP BY tk.lane
+        LOOP
+            lane := r.lane;
+            overdue := r.n;
+            RETURN NEXT;
+            PERFORM pg_notify('pgsched_' || lower(r.lane::text), '');
+        END LOOP;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT l.lane, c.n
       FROM unnest(enum_range(NULL::pgsched.task_lane)) AS l(lane)

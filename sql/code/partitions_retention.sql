@@ -34,7 +34,14 @@ DECLARE
     n_ledger bigint;
     n_dependencies bigint;
     n_waiters bigint;
+    old_parents bigint[];
+    old_children bigint[];
+    old_tokens uuid[];
+    live bigint[];
 BEGIN
+    IF pgsched.distributed_mode() THEN
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', TRUE);
+    END IF;
     SELECT least(cutoff, min(p.lower_bound)) INTO row_cutoff
       FROM pgsched.finished_partitions() AS p
      WHERE p.lower_bound IS NOT NULL;
@@ -51,7 +58,8 @@ BEGIN
     WITH old AS (
         SELECT k.tenant_id, k.idempotency_key FROM pgsched.idempotency_keys AS k
          WHERE k.created_at < cutoff
-           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = k.task_id)
+           -- With the tenant: a key's task is its tenant's (and so on its shard, when distributed).
+           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.tenant_id = k.tenant_id AND tk.id = k.task_id)
          LIMIT max_rows
     )
     DELETE FROM pgsched.idempotency_keys AS k USING old
@@ -105,28 +113,56 @@ BEGIN
     -- and result waiters of tasks gone: a task's workflow bookkeeping expires with it. A
     -- row is no older than its tasks, so none newer than the cutoff can qualify: the
     -- created_at index is read from the oldest and stops at the cutoff.
-    WITH old AS (
-        SELECT d.parent_id, d.child_id FROM pgsched.task_dependencies AS d
-         WHERE d.created_at < cutoff
-           AND (NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = d.child_id)
-                OR NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = d.parent_id))
-         ORDER BY d.created_at
-         LIMIT max_rows
-    )
-    DELETE FROM pgsched.task_dependencies AS d USING old
-     WHERE d.parent_id = old.parent_id AND d.child_id = old.child_id;
-    GET DIAGNOSTICS n_dependencies = ROW_COUNT;
+    IF pgsched.distributed_mode() THEN
+        -- These tables stay on the coordinator and Citus joins none of them to the tasks in
+        -- one statement: the oldest max_rows rows are read, then which of their tasks are
+        -- gone, then those rows deleted. (A batch of rows whose tasks all live deletes
+        -- nothing, and the next batch is the same: kept tasks older than keep, such as the
+        -- DEAD lane's, hold the rest back.)
+        SELECT coalesce(array_agg(d.parent_id), '{}'), coalesce(array_agg(d.child_id), '{}')
+          INTO old_parents, old_children
+          FROM (SELECT x.parent_id, x.child_id FROM pgsched.task_dependencies AS x
+                 WHERE x.created_at < cutoff ORDER BY x.created_at LIMIT max_rows) AS d;
+        live := ARRAY(SELECT tk.id FROM pgsched.tasks AS tk WHERE tk.id = ANY (old_parents || old_children));
+        DELETE FROM pgsched.task_dependencies AS d
+         USING unnest(old_parents, old_children) AS o (parent_id, child_id)
+         WHERE d.parent_id = o.parent_id AND d.child_id = o.child_id
+           AND (o.parent_id <> ALL (live) OR o.child_id <> ALL (live));
+        GET DIAGNOSTICS n_dependencies = ROW_COUNT;
 
-    WITH old AS (
-        SELECT w.task_id, w.token FROM pgsched.task_result_waiters AS w
-         WHERE w.created_at < cutoff
-           AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = w.task_id)
-         ORDER BY w.created_at
-         LIMIT max_rows
-    )
-    DELETE FROM pgsched.task_result_waiters AS w USING old
-     WHERE w.task_id = old.task_id AND w.token = old.token;
-    GET DIAGNOSTICS n_waiters = ROW_COUNT;
+        SELECT coalesce(array_agg(w.task_id), '{}'), coalesce(array_agg(w.token), '{}')
+          INTO old_children, old_tokens
+          FROM (SELECT x.task_id, x.token FROM pgsched.task_result_waiters AS x
+                 WHERE x.created_at < cutoff ORDER BY x.created_at LIMIT max_rows) AS w;
+        live := ARRAY(SELECT tk.id FROM pgsched.tasks AS tk WHERE tk.id = ANY (old_children));
+        DELETE FROM pgsched.task_result_waiters AS w
+         USING unnest(old_children, old_tokens) AS o (task_id, token)
+         WHERE w.task_id = o.task_id AND w.token = o.token AND o.task_id <> ALL (live);
+        GET DIAGNOSTICS n_waiters = ROW_COUNT;
+    ELSE
+        WITH old AS (
+            SELECT d.parent_id, d.child_id FROM pgsched.task_dependencies AS d
+             WHERE d.created_at < cutoff
+               AND (NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = d.child_id)
+                    OR NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = d.parent_id))
+             ORDER BY d.created_at
+             LIMIT max_rows
+        )
+        DELETE FROM pgsched.task_dependencies AS d USING old
+         WHERE d.parent_id = old.parent_id AND d.child_id = old.child_id;
+        GET DIAGNOSTICS n_dependencies = ROW_COUNT;
+
+        WITH old AS (
+            SELECT w.task_id, w.token FROM pgsched.task_result_waiters AS w
+             WHERE w.created_at < cutoff
+               AND NOT EXISTS (SELECT 1 FROM pgsched.tasks AS tk WHERE tk.id = w.task_id)
+             ORDER BY w.created_at
+             LIMIT max_rows
+        )
+        DELETE FROM pgsched.task_result_waiters AS w USING old
+         WHERE w.task_id = old.task_id AND w.token = old.token;
+        GET DIAGNOSTICS n_waiters = ROW_COUNT;
+    END IF;
 
     RETURN QUERY SELECT n_tasks, 0::bigint, n_keys, n_occurrences, n_ledger, n_dependencies, n_waiters;
 END;

@@ -266,14 +266,18 @@ GRANT EXECUTE ON FUNCTION pgsched.schedule_arm(bigint, bigint, timestamptz, time
 
 -- An occurrence is live while its task, or any tenant's child task of its fan-out, is
 -- still to run or running: the next occurrence waits for every tenant's outcome.
+-- PL/pgSQL, not SQL: Citus refuses a SQL function that reads a distributed table with a
+-- parameter (distributed mode, sql/code/distribution.sql).
 CREATE OR REPLACE FUNCTION pgsched.occurrence_is_live(task_id bigint) RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT task_id IS NOT NULL AND EXISTS (
+BEGIN
+    RETURN occurrence_is_live.task_id IS NOT NULL AND EXISTS (
         SELECT 1 FROM pgsched.tasks AS tk
          WHERE tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
            AND (tk.id = occurrence_is_live.task_id OR tk.parent_id = occurrence_is_live.task_id)
-    )
+    );
+END;
 $$;
 COMMENT ON FUNCTION pgsched.occurrence_is_live(bigint) IS 'Whether a recurring occurrence is still live: its task, or any tenant''s child of its fan-out, is still to run or running.';
 REVOKE ALL ON FUNCTION pgsched.occurrence_is_live(bigint) FROM public;

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,8 @@ import psycopg
 import pytest
 
 from tests.support.citus_cluster import CitusCluster, dbname_of
-from tests.support.worker_helpers import Workers, run_cli, running_workers, wait_until
+from tests.support.paths import REPO_ROOT
+from tests.support.worker_helpers import PGSCHED, Workers, run_cli, running_workers, wait_until
 
 APP = "tests.apps.distributed_app:app"
 TENANTS = [f"tenant-{i}" for i in range(6)]
@@ -169,3 +172,108 @@ def test_a_worker_killed_mid_task_loses_nothing_and_runs_nothing_twice(
         (slow_id,),
     ).fetchone()
     assert reason == ("worker lost: lease expired; queued again",)
+
+
+def test_the_sweeper_promotes_fires_schedules_judges_deadlines_and_prunes(
+    dist_dsn: str, dconn: psycopg.Connection, dworkers: Workers, tmp_path: Path
+) -> None:
+    """A real `pgsched sweeper` on the distributed database, beside a worker: far-future work
+    promoted from the cold tier, a recurring schedule fired and armed again, a missed
+    deadline judged, and finished work pruned by `pgsched sweeper --once`."""
+    env = {**os.environ, "PGSCHED_DSN": dist_dsn}
+    # Work due beyond this hot window waits in the cold tier for the promotion sweep.
+    dconn.execute(
+        "UPDATE pgsched.settings SET immediate_window = '1 second', hot_window = '2 seconds'"
+    )
+    later = schedule(dconn, "echo", ["tenant-0", "tenant-3"])  # due now: hot
+    dconn.execute(
+        "SELECT pgsched.schedule_task('echo', tenant_id => t,"
+        " run_at => now() + interval '6 seconds') FROM unnest(ARRAY['tenant-1', 'tenant-4']) t"
+    )
+    cold = [
+        int(r[0])
+        for r in dconn.execute(
+            "SELECT id FROM pgsched.tasks WHERE status = 'PENDING' ORDER BY id"
+        ).fetchall()
+    ]
+    assert len(cold) == 2
+    schedule_id = dconn.execute(
+        "SELECT pgsched.schedule_recurring('echo', '* * * * *', 'UTC', tenant_id => 'tenant-5',"
+        " first_fire_at => now() + interval '1 second')"
+    ).fetchone()
+    assert schedule_id is not None
+    missed = dconn.execute(
+        "SELECT pgsched.schedule_task('slow', '{\"seconds\": 3}', tenant_id => 'tenant-2',"
+        " complete_by => now() + interval '1 second')"
+    ).fetchone()
+    assert missed is not None
+
+    dworkers.start("w", app=APP, lease=5.0, poll=0.2)
+    log_path = tmp_path / "sweeper.log"
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [PGSCHED, "sweeper", "--promotion-interval", "0.5", "--recurring-interval", "0.5"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_until(lambda: all_ended(dconn, later + cold), 60, what="promoted work to run")
+    for task_id in cold:
+        assert [(f, t) for f, t, _, _ in story(dconn, task_id)][:2] == [
+            ("PENDING", "QUEUED"),
+            ("QUEUED", "PROCESSING"),
+        ]
+
+    def fired() -> list[Any]:
+        return dconn.execute(
+            "SELECT o.task_id, t.status::text FROM pgsched.schedule_occurrences AS o"
+            " JOIN LATERAL (SELECT status FROM pgsched.tasks WHERE id = o.task_id) AS t ON true"
+            " WHERE o.schedule_id = %s ORDER BY o.fire_at",
+            (schedule_id[0],),
+        ).fetchall()
+
+    occurrences = wait_until(
+        # The next minute may pass meanwhile: that occurrence runs, and one more is armed.
+        lambda: (rows := fired()) and rows[0][1] == "COMPLETED" and len(rows) >= 2 and rows,
+        60,
+        what="the first occurrence to run and the next to be armed",
+    )
+    assert occurrences[-1][1] in ("PENDING", "QUEUED", "PROCESSING")
+
+    outcome = wait_until(
+        lambda: (
+            (
+                row := dconn.execute(
+                    "SELECT deadline_outcome FROM pgsched.tasks WHERE id = %s", (missed[0],)
+                ).fetchone()
+            )
+            and row[0]
+        ),
+        60,
+        what="the deadline to be judged",
+    )
+    assert outcome == "missed"
+    assert dconn.execute(
+        "SELECT count(*) FROM pgsched.task_events WHERE task_id = %s"
+        " AND detail LIKE 'deadline missed:%%'",
+        (missed[0],),
+    ).fetchone() == (1,)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    sweeper_log = log_path.read_text()
+    assert "failed" not in sweeper_log, sweeper_log
+
+    time.sleep(1.5)
+    old = (
+        "SELECT count(*) FROM pgsched.tasks WHERE status = 'COMPLETED'"
+        " AND updated_at < %s - interval '1 second'"
+    )
+    [started] = dconn.execute("SELECT now()").fetchone() or [None]
+    before = dconn.execute(old, (started,)).fetchone()
+    assert before is not None and before[0] >= 5
+    # Keep about a second: every task that finished a second before this started goes.
+    pruned = run_cli(env, "sweeper", "--once", "--retention-days", "0.00001")
+    assert pruned.returncode == 0, pruned
+    assert "retention" in pruned.stdout, pruned.stdout
+    assert dconn.execute(old, (started,)).fetchone() == (0,), pruned.stdout

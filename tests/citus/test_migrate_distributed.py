@@ -3,8 +3,8 @@ placed as `pgsched.distribution_placement()` says (by tenant, colocated; referen
 the coordinator), the keys widened with tenant_id, tasks_finished one table, the audit
 written by the functions; refused, with nothing changed, where Citus or its worker nodes
 are missing; scheduling then works from plain SQL and from Python, each row on its
-tenant's node; the sweeper refuses to start, naming why (workers run there:
-test_distributed_worker.py)."""
+tenant's node (workers and the sweeper run there: test_distributed_worker.py); a worker
+or sweeper given the Redis hot tier refuses to start, naming why."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.support.citus_cluster import CitusCluster, dbname_of
 from tests.support.paths import REPO_ROOT
 from tests.support.worker_helpers import PGSCHED, run_cli
 
-NOT_YET = "the sweeper does not yet"
+NOT_YET = "not supported on a distributed database yet: the Redis hot tier, task limits"
 
 
 @pytest.fixture
@@ -281,9 +281,14 @@ def test_scheduling_works_from_sql_and_python_each_row_on_its_tenants_node(
     assert row == ("initech", "QUEUED")
 
 
-def test_the_sweeper_refuses_a_distributed_database(distributed_dsn: str) -> None:
+@pytest.mark.parametrize("process", ["worker", "sweeper"])
+def test_the_redis_hot_tier_is_refused_on_a_distributed_database(
+    distributed_dsn: str, process: str
+) -> None:
+    # Refused before Redis is reached: nothing listens on this port.
+    app = ["--app", "tests.apps.distributed_app:app"] if process == "worker" else []
     done = subprocess.run(
-        [PGSCHED, "sweeper"],
+        [PGSCHED, process, *app, "--redis", "redis://127.0.0.1:9/0"],
         cwd=REPO_ROOT,
         env={**os.environ, "PGSCHED_DSN": distributed_dsn},
         capture_output=True,
@@ -292,5 +297,7 @@ def test_the_sweeper_refuses_a_distributed_database(distributed_dsn: str) -> Non
     )
     assert done.returncode == 2, done
     assert "Traceback" not in done.stderr
-    assert "error: sweeper cannot run on this database: distributed mode" in done.stderr
-    assert NOT_YET in done.stderr
+    assert (
+        f"error: {process} cannot run on this database: the Redis hot tier is not supported"
+        " on a distributed database yet: start it without --redis" in done.stderr
+    ), done.stderr
