@@ -600,7 +600,7 @@ def _counters(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             " JOIN pg_stat_all_indexes AS u USING (indexrelid) WHERE s.schemaname = 'pgsched'"
         )
     }
-    lsn = measure.one(conn, "SELECT pg_current_wal_insert_lsn()::text")
+    lsn = measure.one(conn, "SELECT pg_current_wal_flush_lsn()::text")
     return {"tables": tables, "indexes": indexes, "lsn": lsn}
 
 

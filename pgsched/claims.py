@@ -177,11 +177,13 @@ async def claim_tenant(
 
 
 async def lane_due_tenants(
-    conn: psycopg.AsyncConnection[Any], lane: str, max_tenants: int
+    conn: psycopg.AsyncConnection[Any], lane: str, max_tenants: int, *, by_shard: bool = False
 ) -> list[str]:
     """The tenants with due QUEUED tasks in `lane` (at most `max_tenants`, by name), read
-    without locks."""
-    cur = await conn.execute(query("lane_due_tenants"), {"lane": lane, "max_tenants": max_tenants})
+    without locks; `by_shard`: shard by shard, those of the shards that answer (for when a
+    worker node does not)."""
+    name = "lane_due_tenants_by_shard" if by_shard else "lane_due_tenants"
+    cur = await conn.execute(query(name), {"lane": lane, "max_tenants": max_tenants})
     return [str(row[0]) for row in await cur.fetchall()]
 
 

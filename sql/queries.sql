@@ -200,6 +200,10 @@ FROM pgsched.task_claim_tenant(
 SELECT tenant_id
 FROM pgsched.lane_due_tenants(%(lane)s, %(max_tenants)s) AS tenant_id;
 
+-- name: lane_due_tenants_by_shard
+SELECT tenant_id
+FROM pgsched.lane_due_tenants_by_shard(%(lane)s, %(max_tenants)s) AS tenant_id;
+
 -- name: task_finish_many
 -- Binary arrays: text-encoding a flush of 500 outcomes was a tenth of the worker's time.
 SELECT
@@ -211,7 +215,8 @@ FROM pgsched.task_finish_many(
     outcomes => %(outcomes)b::text[],
     errors => %(errors)b::text[],
     retry_delays => %(retry_delays)b::interval[],
-    results => %(results)b::text[]::jsonb[]
+    results => %(results)b::text[]::jsonb[],
+    tenant => %(tenant)s::text
 );
 
 -- name: task_progress_set_many
@@ -223,7 +228,7 @@ SELECT pgsched.task_progress_set_many(
 -- name: task_heartbeat_many
 SELECT task_id
 FROM pgsched.task_heartbeat_many(
-    %(task_ids)s::bigint[], %(lease_tokens)s::uuid[], %(lease)s
+    %(task_ids)s::bigint[], %(lease_tokens)s::uuid[], %(lease)s, NULL, %(tenant)s::text
 ) AS task_id;
 
 -- name: task_cancel_requested

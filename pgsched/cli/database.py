@@ -49,7 +49,7 @@ def migrate_cmd(state: CliState, distributed: bool) -> None:
         click.echo(f"up to date at schema version {result.current_version}")
     if result.distributed:
         click.echo(f"{result.distributed}: tables placed by tenant over the Citus worker nodes")
-        click.echo(f"distributed mode: {DISTRIBUTED_NOT_YET}")
+        click.echo(DISTRIBUTED_NOT_YET[0].upper() + DISTRIBUTED_NOT_YET[1:])
 
 
 @click.command()

@@ -110,6 +110,7 @@ class LaneLoop:
         self._limiter = RateLimiter(settings.rate) if settings.rate else None
         self.in_flight = 0
         self._short_claims = 0
+        self._next_due_failing = False
         self._slot_freed = asyncio.Event()
         self.claimed = 0
         self.claims = 0
@@ -223,8 +224,18 @@ class LaneLoop:
         try:
             next_due, db_now = await self._next_due(self.lane)
         except Exception as exc:
-            log.warning("next-due query on lane %s failed (%s)", self.lane, exc)
+            # Once a streak: on a distributed database with a worker node down this fails
+            # at every poll until the node is back.
+            if not self._next_due_failing:
+                log.warning("next-due query on lane %s failed (%s)", self.lane, exc)
+            else:
+                log.debug("next-due query on lane %s failed again (%s)", self.lane, exc)
+            self._next_due_failing = True
             next_due, db_now = None, datetime.now()
+        else:
+            if self._next_due_failing:
+                log.info("next-due query on lane %s works again", self.lane)
+            self._next_due_failing = False
         raise_if_cancel_swallowed()
         earliest = sent + self.claim_interval
         if next_due is not None:

@@ -273,6 +273,8 @@ class LaneEngine:
                     pushing.add_done_callback(self._background.discard)
 
         buffer = OutcomeBuffer(pool, config.flush_size, config.flush_interval, on_flushed=flushed)
+        if distributed:
+            buffer.tenants = {}  # written tenant by tenant (pgsched/worker/outcomes.py)
         ledger = LedgerWriter(pool)
         runner = TaskRunner(
             self.worker_id,
@@ -323,6 +325,9 @@ class LaneEngine:
                     "the start" if floor is None or floor.last_bound is None else floor.last_bound,
                     extra={"lane": lane.value, "count": len(tasks)},
                 )
+            if buffer.tenants is not None:
+                buffer.tenants.update((task.id, task.tenant_id) for task in tasks)
+                self._keeper.tenants_of(tasks)
             self._keeper.hold_many((task.id, task.lease_token) for task in tasks)
             if self.metrics is not None:
                 self.metrics.claimed(tasks)

@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from pgsched.queries import query
+from pgsched.tasks import TaskRow
 from pgsched.worker.connections import looks_dead
 
 log = logging.getLogger("pgsched.worker.leases")
@@ -56,6 +57,8 @@ class LeaseKeeper(threading.Thread):
         self._lease = timedelta(seconds=lease_seconds)
         self._interval = max(lease_seconds / 3, 0.2)
         self._held: dict[int, Any] = {}
+        # Distributed mode: each held task's tenant (tenants_of); empty otherwise.
+        self._tenants: dict[int, str] = {}
         self._missed: dict[int, int] = {}
         self._on_lost = on_lost
         self._on_cancel = on_cancel
@@ -68,6 +71,13 @@ class LeaseKeeper(threading.Thread):
         with self._lock:
             self._held[task_id] = lease_token
 
+    def tenants_of(self, tasks: Iterable[TaskRow]) -> None:
+        """Distributed mode: the tenants of claimed tasks, so that their leases are renewed
+        tenant by tenant, each on its shard (a worker node down then holds back only the
+        renewals of its own tenants)."""
+        with self._lock:
+            self._tenants.update((task.id, task.tenant_id) for task in tasks)
+
     def hold_many(self, tasks: Iterable[tuple[int, Any]]) -> None:
         """hold() for a claim's (task id, lease token) pairs, under one lock."""
         with self._lock:
@@ -76,6 +86,7 @@ class LeaseKeeper(threading.Thread):
     def drop(self, task_id: int) -> None:
         with self._lock:
             self._held.pop(task_id, None)
+            self._tenants.pop(task_id, None)
             self._missed.pop(task_id, None)
             self._cancel_told.discard(task_id)
 
@@ -83,8 +94,11 @@ class LeaseKeeper(threading.Thread):
         """drop() for a flush's tasks, under one lock."""
         with self._lock:
             held, missed, told = self._held, self._missed, self._cancel_told
+            tenants = self._tenants
             for task_id in task_ids:
                 held.pop(task_id, None)
+                if tenants:
+                    tenants.pop(task_id, None)
                 if missed:
                     missed.pop(task_id, None)
                 if told:
@@ -109,8 +123,40 @@ class LeaseKeeper(threading.Thread):
             self._conn = psycopg.connect(self._dsn, autocommit=True, **self._connect_kwargs)
         return self._conn
 
-    def _beat(self, held: dict[int, Any]) -> list[Any]:
-        params = {"task_ids": list(held), "lease_tokens": list(held.values()), "lease": self._lease}
+    def _beat(self, held: dict[int, Any]) -> tuple[list[Any], set[int]]:
+        """Renew `held`: the rows renewed, and the tasks whose renewal could not be asked
+        (distributed mode: their tenant's worker node did not answer; neither kept nor
+        missed). Raises when the whole beat failed."""
+        with self._lock:
+            tenants = {task_id: self._tenants.get(task_id) for task_id in held}
+        if not any(tenants.values()):
+            return self._beat_one(held, None), set()
+        groups: dict[str | None, dict[int, Any]] = {}
+        for task_id, token in held.items():
+            groups.setdefault(tenants[task_id], {})[task_id] = token
+        rows: list[Any] = []
+        unknown: set[int] = set()
+        for tenant, group in groups.items():
+            try:
+                rows += self._beat_one(group, tenant)
+            except psycopg.Error as exc:
+                log.warning(
+                    "heartbeat for %d tasks of tenant %s failed (%s); retrying (tasks %s)",
+                    len(group),
+                    tenant,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                    ",".join(map(str, list(group)[:20])),
+                )
+                unknown |= group.keys()
+        return rows, unknown
+
+    def _beat_one(self, held: dict[int, Any], tenant: str | None) -> list[Any]:
+        params = {
+            "task_ids": list(held),
+            "lease_tokens": list(held.values()),
+            "lease": self._lease,
+            "tenant": tenant,
+        }
         try:
             return self._connection().execute(query("task_heartbeat_many"), params).fetchall()
         except psycopg.OperationalError as exc:
@@ -153,7 +199,7 @@ class LeaseKeeper(threading.Thread):
                 continue
             next_beat = time.monotonic() + self._interval
             try:
-                rows = self._beat(held)
+                rows, unknown = self._beat(held)
             except psycopg.Error as exc:
                 log.warning(
                     "heartbeat for %d tasks failed (%s); retrying (tasks %s)",
@@ -170,7 +216,7 @@ class LeaseKeeper(threading.Thread):
             with self._lock:
                 for task_id in kept:
                     self._missed.pop(task_id, None)
-                for task_id in held.keys() - kept:
+                for task_id in held.keys() - kept - unknown:
                     if self._held.get(task_id) != held[task_id]:
                         continue  # its outcome was written meanwhile
                     # Either lost, or locked by its own outcome write at this moment (skipped).

@@ -63,7 +63,9 @@ def storable_text(text: str) -> str:
     return text
 
 
-def finish_params(outcomes: list[Outcome]) -> dict[str, Any]:
+def finish_params(outcomes: list[Outcome], tenant: str | None = None) -> dict[str, Any]:
+    """task_finish_many's parameters for a batch; `tenant`: the batch's one tenant (on a
+    distributed database the statement then runs on that tenant's shard alone)."""
     columns = zip(*outcomes, strict=True) if outcomes else ((),) * len(Outcome._fields)
     task_ids, lease_tokens, kinds, errors, retry_delays, results = (list(c) for c in columns)
     if any(e is not None for e in errors):
@@ -76,7 +78,17 @@ def finish_params(outcomes: list[Outcome]) -> dict[str, Any]:
         "retry_delays": retry_delays,
         # Most handlers return nothing: no results column to send then.
         "results": results if any(r is not None for r in results) else None,
+        "tenant": tenant,
     }
+
+
+class _Unwritten(Exception):
+    """Outcomes a by-tenant flush could not write, and the connection trouble why."""
+
+    def __init__(self, outcomes: list[Outcome], cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.outcomes = outcomes
+        self.cause = cause
 
 
 def is_connection_trouble(exc: BaseException) -> bool:
@@ -111,6 +123,11 @@ class OutcomeBuffer:
         self._flush_interval = flush_interval
         self._on_flushed = on_flushed
         self._items: list[Outcome] = []
+        # Distributed mode (docs/scaling.md): each task's tenant, set as it is claimed, so
+        # that a flush writes each tenant's outcomes on its shard alone and a worker node
+        # that is down holds back only the outcomes of its own tenants. None: one statement
+        # a batch.
+        self.tenants: dict[int, str] | None = None
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
         self._roomy = asyncio.Event()
@@ -163,6 +180,10 @@ class OutcomeBuffer:
             deadline = asyncio.timeout_at(give_up_at)
             try:
                 async with deadline:
+                    if self.tenants is not None:
+                        # Written tenant by tenant; what is left raises the first trouble.
+                        batch = await self._write_by_tenant(batch)
+                        continue
                     rows = await self._write(batch)
             except asyncio.CancelledError:
                 # Stopping mid-flush: the batch goes back for the final flush (refused as
@@ -170,6 +191,9 @@ class OutcomeBuffer:
                 self._items[:0] = batch
                 raise
             except Exception as exc:
+                if isinstance(exc, _Unwritten):
+                    # Some tenants written (_write_by_tenant); these are retried.
+                    batch, exc = exc.outcomes, exc.cause
                 if deadline.expired():
                     self._items[:0] = batch
                     return
@@ -199,12 +223,49 @@ class OutcomeBuffer:
     def unwritten_task_ids(self) -> list[int]:
         return [outcome.task_id for outcome in self._items]
 
-    async def _write(self, batch: list[Outcome]) -> list[tuple[int, bool]]:
+    async def _write(
+        self, batch: list[Outcome], tenant: str | None = None
+    ) -> list[tuple[int, bool]]:
         async with self._pool.connection() as conn:
-            cur = await conn.execute(query("task_finish_many"), finish_params(batch))
+            cur = await conn.execute(query("task_finish_many"), finish_params(batch, tenant))
             return await cur.fetchall()
 
+    async def _write_by_tenant(self, batch: list[Outcome]) -> list[Outcome]:
+        """Distributed mode: one statement per tenant of the batch. The outcomes of the
+        tenants whose write failed for the connection (their worker node down, say) are
+        raised (`_Unwritten`) for flush's retry; the others are written. Cancelled midway,
+        flush puts the whole batch back: what was written is refused as stale next time."""
+        assert self.tenants is not None
+        groups: dict[str | None, list[Outcome]] = {}
+        for outcome in batch:
+            groups.setdefault(self.tenants.get(outcome.task_id), []).append(outcome)
+        failed: list[Outcome] = []
+        trouble: Exception | None = None
+        for tenant, group in groups.items():
+            try:
+                rows = await self._write(group, tenant)
+            except Exception as exc:
+                if not is_connection_trouble(exc):
+                    unwritten = await self._write_one_by_one(group, exc)
+                    if unwritten:
+                        failed += unwritten
+                        trouble = trouble or psycopg.OperationalError(
+                            "the connection failed while writing outcomes one by one"
+                        )
+                    continue
+                failed += group
+                trouble = trouble or exc
+                continue
+            self._written(group, rows)
+        if failed:
+            assert trouble is not None
+            raise _Unwritten(failed, trouble)
+        return []
+
     def _written(self, batch: list[Outcome], rows: list[tuple[int, bool]]) -> None:
+        if self.tenants is not None:
+            for outcome in batch:
+                self.tenants.pop(outcome.task_id, None)
         if len(self._items) < self._flush_size:
             self._roomy.set()
         self.flushed += len(batch)

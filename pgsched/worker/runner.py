@@ -487,7 +487,7 @@ class TaskRunner:
         self, conn: Any, registration: Registration, task: TaskRow, outcome: Outcome
     ) -> bool:
         """Write the completion in the handler's transaction; True when it should commit."""
-        params = finish_params([outcome])
+        params = finish_params([outcome], task.tenant_id)
         try:
             if registration.is_async:
                 rows = await (await conn.execute(query("task_finish_many"), params)).fetchall()

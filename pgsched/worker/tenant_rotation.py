@@ -8,10 +8,16 @@ list for a refresh interval, and claims from them in turn (`task_claim_tenant`, 
 each), a share of its batch each, starting where its last pass stopped. Fairness between
 the tenants of a lane holds per pass of one worker rather than per statement; two workers
 visiting one tenant at once skip each other's rows, as everywhere.
+
+A worker node that does not answer holds back only its own tenants: their claims fail
+and they are left out until the next read of the list, and when that read fails (Citus
+fails a read across every shard then) the tenants are read shard by shard from those that
+answer (`lane_due_tenants_by_shard`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -19,7 +25,10 @@ from typing import Any
 import psycopg
 
 from pgsched.claims import claim_tenant, lane_due_tenants
+from pgsched.startup import first_line
 from pgsched.tasks import TaskRow, UndecodableRow
+
+log = logging.getLogger("pgsched.worker")
 
 # How long a pass trusts its list of tenants with due work before reading it again. A
 # tenant whose work arrives meanwhile waits at most this long; a claim that finds every
@@ -43,6 +52,9 @@ class TenantRotation:
         self._tenants: list[str] = []
         self._read_at: float | None = None
         self._next = 0
+        # What a worker node down looks like from here (logged once each, not every pass).
+        self._unreachable = False
+        self._failing: set[str] = set()
 
     async def claim(
         self,
@@ -71,8 +83,33 @@ class TenantRotation:
         )
 
     async def _read_tenants(self, conn: psycopg.AsyncConnection[Any], lane: str) -> None:
-        self._tenants = await lane_due_tenants(conn, lane, MAX_TENANTS)
         self._read_at = self._clock()
+        try:
+            self._tenants = await lane_due_tenants(conn, lane, MAX_TENANTS)
+            self._unreachable = False
+            return
+        except psycopg.OperationalError as exc:
+            # A worker node does not answer (Citus fails a read across every shard then):
+            # the tenants of the shards that do, read one by one.
+            if not self._unreachable:
+                log.warning(
+                    "lane %s: reading the tenants with due work failed (%s); reading shard by"
+                    " shard until it works again",
+                    lane,
+                    first_line(exc),
+                    extra={"lane": lane},
+                )
+            self._unreachable = True
+        try:
+            self._tenants = await lane_due_tenants(conn, lane, MAX_TENANTS, by_shard=True)
+        except psycopg.OperationalError as exc:
+            log.warning(
+                "lane %s: reading the tenants shard by shard failed too (%s); keeping the last"
+                " list",
+                lane,
+                first_line(exc),
+                extra={"lane": lane},
+            )
         if self._tenants:
             self._next %= len(self._tenants)
 
@@ -98,7 +135,24 @@ class TenantRotation:
                 break
             tenant = self._tenants[self._next % count]
             self._next = (self._next + 1) % count
-            got, bad = await claim_tenant(conn, tenant, lane, min(share, left), worker, lease)
+            try:
+                got, bad = await claim_tenant(conn, tenant, lane, min(share, left), worker, lease)
+            except psycopg.OperationalError as exc:
+                # Its worker node does not answer: its tasks wait, the others' run. Off the
+                # list until the next read.
+                if tenant not in self._failing:
+                    log.warning(
+                        "lane %s: claiming tenant %s's tasks failed (%s); its tasks wait,"
+                        " the other tenants' run",
+                        lane,
+                        tenant,
+                        first_line(exc),
+                        extra={"lane": lane, "tenant_id": tenant},
+                    )
+                self._failing.add(tenant)
+                emptied.append(tenant)
+                continue
+            self._failing.discard(tenant)
             tasks += got
             undecodable += bad
             if len(got) + len(bad) < min(share, left):

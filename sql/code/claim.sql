@@ -498,6 +498,10 @@ DECLARE
     t timestamptz := coalesce(as_of, now());
     picked bigint[];
     tokens uuid[];
+    ev_ids bigint[];
+    ev_types text[];
+    ev_due timestamptz[];
+    ev_attempts bigint[];
 BEGIN
     IF task_claim_tenant.max_tasks IS NULL OR task_claim_tenant.max_tasks < 0 THEN
         RAISE EXCEPTION 'pgsched: max_tasks must be 0 or more, got %', quote_nullable(task_claim_tenant.max_tasks)
@@ -528,29 +532,36 @@ BEGIN
     IF cardinality(picked) = 0 THEN
         RETURN;
     END IF;
-    UPDATE pgsched.tasks AS tk
-       SET status = 'PROCESSING',
-           attempts = tk.attempts + 1,
-           locked_by = task_claim_tenant.worker,
-           lease_token = c.token,
-           lease_expires_at = t + task_claim_tenant.lease,
-           last_run_at = t,
-           updated_at = t,
-           status_reason = NULL
-      FROM unnest(picked, tokens) AS c (id, token)
-     WHERE tk.tenant_id = task_claim_tenant.tenant
-       AND tk.id = c.id
-       AND tk.status = 'QUEUED';
-    -- The claim's events (this mode's audit is written by the functions), then the rows.
+    WITH claimed AS (
+        UPDATE pgsched.tasks AS tk
+           SET status = 'PROCESSING',
+               attempts = tk.attempts + 1,
+               locked_by = task_claim_tenant.worker,
+               lease_token = c.token,
+               lease_expires_at = t + task_claim_tenant.lease,
+               last_run_at = t,
+               updated_at = t,
+               status_reason = NULL
+          FROM unnest(picked, tokens) AS c (id, token)
+         WHERE tk.tenant_id = task_claim_tenant.tenant
+           AND tk.id = c.id
+           AND tk.status = 'QUEUED'
+        RETURNING tk.id, tk.task_type, tk.next_run_at, tk.attempts
+    )
+    SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.task_type), '{}'),
+           coalesce(array_agg(c.next_run_at), '{}'), coalesce(array_agg(c.attempts), '{}')
+      INTO ev_ids, ev_types, ev_due, ev_attempts
+      FROM claimed AS c;
+    -- The claim's events (this mode's audit is written by the functions), inserted as
+    -- values: Citus sends them to the tenant's shard alone (an INSERT ... SELECT from
+    -- tasks would be run on every shard, and fail while any worker node is down).
     INSERT INTO pgsched.task_events (
         task_id, tenant_id, task_type, from_status, to_status,
         occurred_at, scheduled_for, attempt, worker, detail
     )
-    SELECT tk.id, tk.tenant_id, tk.task_type, 'QUEUED', 'PROCESSING',
-           tk.updated_at, tk.next_run_at, tk.attempts, tk.locked_by, tk.status_reason
-      FROM pgsched.tasks AS tk
-     WHERE tk.tenant_id = task_claim_tenant.tenant AND tk.id = ANY (picked)
-       AND tk.status = 'PROCESSING' AND tk.lease_token = ANY (tokens);
+    SELECT e.id, task_claim_tenant.tenant, e.task_type, 'QUEUED', 'PROCESSING',
+           t, e.due, e.attempt, task_claim_tenant.worker, NULL
+      FROM unnest(ev_ids, ev_types, ev_due, ev_attempts) AS e (id, task_type, due, attempt);
     RETURN QUERY
     SELECT tk.id, tk.task_type, tk.tenant_id, tk.payload::text, tk.metadata::text, tk.attempts,
            tk.max_attempts, tk.next_run_at, tk.lane, tk.priority, tk.idempotency_key, tk.lease_token,
@@ -588,6 +599,36 @@ $$;
 COMMENT ON FUNCTION pgsched.lane_due_tenants(pgsched.task_lane, integer) IS 'The tenants with due QUEUED tasks in a lane (at most max_tenants, by name), read without locks: the tenants a distributed-mode worker visits in turn.';
 REVOKE ALL ON FUNCTION pgsched.lane_due_tenants(pgsched.task_lane, integer) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.lane_due_tenants(pgsched.task_lane, integer) TO pgsched_worker, pgsched_admin;
+
+-- lane_due_tenants shard by shard, for when a worker node does not answer: Citus fails a
+-- read across shards when one is unreachable, and the tenants of the other nodes must
+-- still be found (docs/scaling.md, "a worker node stopped"). Each shard of tasks_hot is
+-- asked on its own (run_command_on_shards); the shards that answer are merged. Slower
+-- than lane_due_tenants (a connection and a text result per shard): the worker calls it
+-- only after lane_due_tenants failed.
+CREATE OR REPLACE FUNCTION pgsched.lane_due_tenants_by_shard(lane pgsched.task_lane, max_tenants integer DEFAULT 1000)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    per_shard text := format(
+        'SELECT json_agg(DISTINCT tenant_id) FROM %%s WHERE status = %L AND lane = %L AND next_run_at <= now()',
+        'QUEUED', lane_due_tenants_by_shard.lane);
+BEGIN
+    IF NOT pgsched.distributed_mode() THEN
+        RETURN QUERY SELECT * FROM pgsched.lane_due_tenants(lane_due_tenants_by_shard.lane, lane_due_tenants_by_shard.max_tenants);
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE
+        'SELECT DISTINCT t FROM run_command_on_shards($1, $2) AS r, jsonb_array_elements_text(r.result::jsonb) AS t'
+        ' WHERE r.success AND r.result <> $3 ORDER BY t LIMIT $4'
+        USING 'pgsched.tasks_hot', per_shard, '', lane_due_tenants_by_shard.max_tenants;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.lane_due_tenants_by_shard(pgsched.task_lane, integer) IS 'lane_due_tenants read shard by shard: the tenants of the shards that answer, when a worker node does not (distributed mode; elsewhere the same as lane_due_tenants).';
+REVOKE ALL ON FUNCTION pgsched.lane_due_tenants_by_shard(pgsched.task_lane, integer) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.lane_due_tenants_by_shard(pgsched.task_lane, integer) TO pgsched_worker, pgsched_admin;
 
 -- When a lane next has work, by the database clock: the worker sleeps exactly that long.
 CREATE OR REPLACE FUNCTION pgsched.lane_next_due(lane pgsched.task_lane, not_before timestamptz DEFAULT NULL)

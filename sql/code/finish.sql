@@ -68,7 +68,9 @@ CREATE OR REPLACE FUNCTION pgsched.task_finish_many(
     errors text[] DEFAULT NULL,
     retry_delays interval[] DEFAULT NULL,
     as_of timestamptz DEFAULT NULL,
-    results jsonb[] DEFAULT NULL
+    results jsonb[] DEFAULT NULL,
+    -- The tasks' tenant, or NULL (any): given, every statement stays on its shard.
+    tenant text DEFAULT NULL
 ) RETURNS TABLE (task_id bigint, applied boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET plan_cache_mode = force_custom_plan
@@ -90,6 +92,12 @@ DECLARE
     stale bigint[];
     wake pgsched.task_lane[];
     dues timestamptz[];
+    keyed_ids bigint[];
+    keyed_tenants text[];
+    keyed_types text[];
+    keyed_keys text[];
+    finished_rows jsonb;
+    stale_rows jsonb;
 BEGIN
     -- The usual flush is planned once per connection (see the top of this file); in
     -- distributed mode at each call (sql/code/distribution.sql).
@@ -207,39 +215,49 @@ BEGIN
                AS u(id, token, outcome, error, due, result)
          WHERE tk.id = u.id AND tk.lease_token = u.token
            AND tk.id = ANY (task_ids)
+           AND (task_finish_many.tenant IS NULL OR tk.tenant_id = task_finish_many.tenant)
            -- The hot tier only (pruning), in words no partial index's predicate follows from
            -- (and no enum-to-text cast, STABLE: refused by Citus, as above).
            AND tk.status IN ('QUEUED', 'PROCESSING')
            AND tk.status <> 'QUEUED'
         RETURNING tk.id, tk.status, tk.tenant_id, tk.task_type, tk.idempotency_key, tk.lane, tk.next_run_at,
                   tk.attempts, tk.locked_by, tk.status_reason, tk.updated_at
-    ),
-    -- The outcomes' events when the functions write them (sql/code/transitions.sql).
-    ev AS (
-        INSERT INTO pgsched.task_events (
-            task_id, tenant_id, task_type, from_status, to_status,
-            occurred_at, scheduled_for, attempt, worker, detail
-        )
-        SELECT f.id, f.tenant_id, f.task_type, 'PROCESSING', f.status,
-               f.updated_at, f.next_run_at, f.attempts, f.locked_by, f.status_reason
-          FROM finished AS f
-         WHERE pgsched.events_by_functions()
-    ),
-    ledger AS (
-        INSERT INTO pgsched.completed_work (tenant_id, task_type, idempotency_key, task_id, completed_at)
-        SELECT f.tenant_id, f.task_type, f.idempotency_key, f.id, t
-          FROM finished AS f
-         WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL
-        ON CONFLICT DO NOTHING
     )
     SELECT coalesce(array_agg(f.id), '{}'),
            coalesce(array_agg(DISTINCT f.lane) FILTER (
                WHERE f.status = 'QUEUED'
                  AND pgsched.tier_of(f.next_run_at, h.immediate_until, h.hot_until) = 'IMMEDIATE'), '{}'),
            array_agg(f.id) FILTER (WHERE f.status IN ('COMPLETED', 'FAILED', 'CANCELLED')),
-           array_agg(f.status) FILTER (WHERE f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))
-      INTO done, wake, ended, ended_as
+           array_agg(f.status) FILTER (WHERE f.status IN ('COMPLETED', 'FAILED', 'CANCELLED')),
+           array_agg(f.id) FILTER (WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL),
+           array_agg(f.tenant_id) FILTER (WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL),
+           array_agg(f.task_type) FILTER (WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL),
+           array_agg(f.idempotency_key) FILTER (WHERE f.status = 'COMPLETED' AND f.idempotency_key IS NOT NULL),
+           jsonb_agg(to_jsonb(f)) FILTER (WHERE pgsched.events_by_functions())
+      INTO done, wake, ended, ended_as, keyed_ids, keyed_tenants, keyed_types, keyed_keys, finished_rows
       FROM finished AS f;
+    -- The ledger's rows and (when the functions write them, sql/code/transitions.sql) the
+    -- events, inserted as values in statements of their own: on a distributed database an
+    -- INSERT from the UPDATE's rows in its statement runs on every shard, and fails while
+    -- any worker node is down; values go to the tenants' shards alone.
+    IF keyed_ids IS NOT NULL THEN
+        INSERT INTO pgsched.completed_work (tenant_id, task_type, idempotency_key, task_id, completed_at)
+        SELECT k.tenant_id, k.task_type, k.idempotency_key, k.id, t
+          FROM unnest(keyed_tenants, keyed_types, keyed_keys, keyed_ids) AS k (tenant_id, task_type, idempotency_key, id)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    IF finished_rows IS NOT NULL THEN
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        )
+        SELECT f.id, f.tenant_id, f.task_type, 'PROCESSING', f.status,
+               f.updated_at, f.next_run_at, f.attempts, f.locked_by, f.status_reason
+          FROM jsonb_to_recordset(finished_rows) AS f (
+              id bigint, tenant_id text, task_type text, status pgsched.task_status,
+              updated_at timestamptz, next_run_at timestamptz, attempts bigint, locked_by text,
+              status_reason text);
+    END IF;
     IF pgsched.events_by_functions() THEN
         -- What waits for the tasks that ended (the trigger's work in trigger mode).
         PERFORM pgsched.task_settle_finished(ended, ended_as);
@@ -263,16 +281,27 @@ BEGIN
       FROM unnest(task_ids) AS u(id)
       LEFT JOIN unnest(done) AS d(id) ON d.id = u.id
      WHERE d.id IS NULL;
+    -- Read, then inserted as values (on a distributed database an INSERT ... SELECT from
+    -- tasks runs on every shard).
+    SELECT jsonb_agg(jsonb_build_object(
+               'id', tk.id, 'tenant_id', tk.tenant_id, 'task_type', tk.task_type, 'status', tk.status,
+               'next_run_at', tk.next_run_at, 'attempts', tk.attempts, 'locked_by', tk.locked_by,
+               'outcome', u.outcome))
+      INTO stale_rows
+      FROM unnest(task_ids, outcomes) AS u(id, outcome)
+      JOIN pgsched.tasks AS tk ON tk.id = u.id
+     WHERE tk.id = ANY (stale)
+       AND (task_finish_many.tenant IS NULL OR tk.tenant_id = task_finish_many.tenant);
     INSERT INTO pgsched.task_events (
         task_id, tenant_id, task_type, from_status, to_status,
         occurred_at, scheduled_for, attempt, worker, detail
     )
-    SELECT tk.id, tk.tenant_id, tk.task_type, tk.status, tk.status, t, tk.next_run_at, tk.attempts,
-           tk.locked_by,
-           format('stale %s report ignored: the lease was lost (the task had moved on)', u.outcome)
-      FROM unnest(task_ids, outcomes) AS u(id, outcome)
-      JOIN pgsched.tasks AS tk ON tk.id = u.id
-     WHERE tk.id = ANY (stale);
+    SELECT r.id, r.tenant_id, r.task_type, r.status, r.status, t, r.next_run_at, r.attempts,
+           r.locked_by,
+           format('stale %s report ignored: the lease was lost (the task had moved on)', r.outcome)
+      FROM jsonb_to_recordset(coalesce(stale_rows, '[]')) AS r (
+          id bigint, tenant_id text, task_type text, status pgsched.task_status,
+          next_run_at timestamptz, attempts bigint, locked_by text, outcome text);
 
     RETURN QUERY
     SELECT u.id, d.id IS NOT NULL
@@ -280,9 +309,9 @@ BEGIN
       LEFT JOIN unnest(done) AS d(id) ON d.id = u.id;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone, jsonb[]) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED, SNOOZED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time; SNOOZED is due again after its delay with the attempt given back and tasks.snoozes counted. results holds each completed task''s return value (JSON; over settings.max_result_bytes the attempt fails instead). Tasks waiting for those that finish are settled in the same transaction (task_settle_dependents). Returns (task_id, applied) per report.';
-REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[]) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[]) TO pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamp with time zone, jsonb[], text) IS 'A worker writes a batch of outcomes (COMPLETED, RETRY, FAILED, RELEASED, CANCELLED, SNOOZED), each a compare-and-set on status and lease token: a report whose lease is gone is not applied and is recorded as a stale-report event instead. A retry is routed by its new due time; SNOOZED is due again after its delay with the attempt given back and tasks.snoozes counted. results holds each completed task''s return value (JSON; over settings.max_result_bytes the attempt fails instead). Tasks waiting for those that finish are settled in the same transaction (task_settle_dependents). Returns (task_id, applied) per report. tenant (NULL: any): the tasks'' tenant, so that in distributed mode the statements run on its shard alone.';
+REVOKE ALL ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[], text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_finish_many(bigint[], uuid[], text[], text[], interval[], timestamptz, jsonb[], text) TO pgsched_worker, pgsched_admin;
 
 -- ctx.once(key): true the first time a (tenant, task type, key) is claimed, false after.
 CREATE OR REPLACE FUNCTION pgsched.work_once(

@@ -50,7 +50,9 @@ CREATE OR REPLACE FUNCTION pgsched.task_heartbeat_many(
     task_ids bigint[],
     lease_tokens uuid[],
     lease interval DEFAULT '30 seconds',
-    as_of timestamptz DEFAULT NULL
+    as_of timestamptz DEFAULT NULL,
+    -- The tasks' tenant, or NULL (any): given, the statements stay on its shard.
+    tenant text DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -87,6 +89,7 @@ BEGIN
           FROM unnest(task_ids, lease_tokens) AS u (id, token)
          WHERE tk.id = u.id AND tk.lease_token = u.token
            AND tk.id = ANY (task_ids)
+           AND (task_heartbeat_many.tenant IS NULL OR tk.tenant_id = task_heartbeat_many.tenant)
            AND tk.status IN ('QUEUED', 'PROCESSING')
            AND tk.status <> 'QUEUED'
         RETURNING tk.id;
@@ -102,6 +105,7 @@ BEGIN
                  INNER JOIN unnest(task_ids, lease_tokens) AS u (id, token)
                     ON tk.id = u.id AND tk.lease_token = u.token
                  WHERE tk.id = ANY (task_ids)
+                   AND (task_heartbeat_many.tenant IS NULL OR tk.tenant_id = task_heartbeat_many.tenant)
                    -- The hot tier only (pruning), in words no partial index's predicate follows from.
                    AND tk.status IN ('QUEUED', 'PROCESSING')
                    AND tk.status::text = 'PROCESSING'
@@ -125,9 +129,9 @@ BEGIN
     RETURN;
 END;
 $$;
-COMMENT ON FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamp with time zone) IS 'A worker renews the leases of its running tasks (a compare-and-set on the lease token); returns the ids renewed. An id missing from the result is no longer this worker''s.';
-REVOKE ALL ON FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamptz) FROM public;
-GRANT EXECUTE ON FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamptz) TO pgsched_worker, pgsched_admin;
+COMMENT ON FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamp with time zone, text) IS 'A worker renews the leases of its running tasks (a compare-and-set on the lease token); returns the ids renewed. An id missing from the result is no longer this worker''s. tenant (NULL: any): the tasks'' tenant, so that in distributed mode the statements run on its shard alone.';
+REVOKE ALL ON FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamptz, text) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.task_heartbeat_many(bigint[], uuid[], interval, timestamptz, text) TO pgsched_worker, pgsched_admin;
 
 -- Rescue, as 0012, with the cancel: a task asked to stop whose worker was lost is
 -- CANCELLED, not queued again.

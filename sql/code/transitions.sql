@@ -224,15 +224,22 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     writer text := (SELECT s.audit_writer FROM pgsched.settings AS s);
+    old_trigger name;
 BEGIN
     -- Replacing the function invalidates every cached plan that folded the old constant.
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION pgsched.events_by_functions() RETURNS boolean '
         'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
         CASE WHEN writer = 'functions' THEN 'SELECT true' ELSE 'SELECT false' END);
-    DROP TRIGGER IF EXISTS tasks_record_transitions ON pgsched.tasks;
-    DROP TRIGGER IF EXISTS tasks_settle_dependents ON pgsched.tasks;
-    DROP TRIGGER IF EXISTS tasks_refuse_bad_due_times ON pgsched.tasks;
+    -- Only the triggers there are: Citus refuses even DROP TRIGGER IF EXISTS on a
+    -- distributed table (distributed mode has none).
+    FOR old_trigger IN
+        SELECT t.tgname FROM pg_trigger AS t
+         WHERE t.tgrelid = 'pgsched.tasks'::regclass AND NOT t.tgisinternal
+           AND t.tgname IN ('tasks_record_transitions', 'tasks_settle_dependents', 'tasks_refuse_bad_due_times')
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON pgsched.tasks', old_trigger);
+    END LOOP;
     IF writer = 'trigger' THEN
         -- Every insert's due times are checked, whichever path wrote the rows. In
         -- 'functions' mode the inserting functions check them (schedule_task_ex,

@@ -21,7 +21,7 @@ from tests.support.citus_cluster import CitusCluster, dbname_of
 from tests.support.paths import REPO_ROOT
 from tests.support.worker_helpers import PGSCHED, run_cli
 
-NOT_YET = "not supported on a distributed database yet: the Redis hot tier, task limits"
+NOT_YET = "Not supported on a distributed database yet: the Redis hot tier, task limits"
 
 
 @pytest.fixture

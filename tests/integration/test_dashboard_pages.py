@@ -209,8 +209,17 @@ def test_the_overview_shows_every_tier_coming_due_three_charts_and_reloads(
         " run_at => now() - interval '3 minutes')"
     )
     conn.execute("ANALYZE pgsched.tasks_cold")
+    # The late task waits in each minute from its due minute to the page's: how many that
+    # is depends on when the page is drawn (a loaded machine starts the dashboard slowly).
+    minutes = (
+        "SELECT (extract(epoch FROM date_trunc('minute', now())"
+        " - date_trunc('minute', t.next_run_at)) / 60)::int + 1"
+        " FROM pgsched.tasks AS t WHERE t.task_type = 'late'"
+    )
     with running_dashboard(env) as dash, httpx.Client(base_url=dash.url) as client:
+        [fewest] = conn.execute(minutes).fetchone() or [None]
         page = client.get("/")
+        [most] = conn.execute(minutes).fetchone() or [None]
         still = client.get("/", params={"refresh": "off"})
         # Turned off, it stays off in this browser until turned on again.
         still_after = client.get("/")
@@ -235,7 +244,10 @@ def test_the_overview_shows_every_tier_coming_due_three_charts_and_reloads(
     assert "peak 1<" in waiting
     titles = re.findall(r"<title>([^<]*)</title>", waiting)
     assert titles[-4].endswith("(HIGH 1)") and titles[-3].endswith("(NORMAL 0)"), titles[-4:]
-    assert sum(t.endswith("(HIGH 1)") for t in titles) in (3, 4), titles
+    assert fewest is not None and most is not None
+    # Its due minute itself may count or not (it was due part of it).
+    waited = sum(t.endswith("(HIGH 1)") for t in titles)
+    assert fewest - 1 <= waited <= most, (fewest, most, titles)
     assert '<meta http-equiv="refresh" content="30">' in page.text
     assert "http-equiv" not in still.text and 'id="refresh-on"' in still.text
     assert "http-equiv" not in still_after.text

@@ -123,6 +123,7 @@ def test_finish_params_are_the_batchs_columns() -> None:
         "retry_delays": [None, timedelta(seconds=3), None],
         # No handler returned anything: no results column is sent.
         "results": None,
+        "tenant": None,
     }
     with_result = finish_params([*batch, Outcome(4, "d", "COMPLETED", result='{"n": 1}')])
     assert with_result["results"] == [None, None, None, '{"n": 1}']
@@ -133,7 +134,10 @@ def test_finish_params_are_the_batchs_columns() -> None:
         "errors": [],
         "retry_delays": [],
         "results": None,
+        "tenant": None,
     }
+    # A batch of one tenant (distributed mode writes tenant by tenant).
+    assert finish_params(batch, "acme")["tenant"] == "acme"
 
 
 def test_lease_keeper_holds_and_drops_a_batch() -> None:
