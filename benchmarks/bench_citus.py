@@ -94,7 +94,17 @@ def lateness(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return measure.percentiles([float(r[0]) for r in rows])
 
 
-def run_one(dsn: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
+def node_cpu(postmasters: dict[str, int | None]) -> dict[str, float]:
+    """CPU seconds so far of each node's Postgres (its postmaster and children)."""
+    return {
+        node: (measure.server_cpu_seconds(pid) or 0.0) if pid else 0.0
+        for node, pid in postmasters.items()
+    }
+
+
+def run_one(
+    dsn: str, name: str, args: argparse.Namespace, postmasters: dict[str, int | None]
+) -> dict[str, Any]:
     tenants = [f"tenant-{i:03d}" for i in range(args.tenants)]
     out: dict[str, Any] = {"mode": name}
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -109,10 +119,12 @@ def run_one(dsn: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
         ).start()
         busy0, t0 = measure.machine_busy_seconds(), time.monotonic()
         clients0 = sum(measure.cpu_seconds(p) for p in workers.pids)
+        nodes0 = node_cpu(postmasters)
         try:
             finished, _ = measure.wait_until(check, args.cap, workers, idle_timeout=45.0)
         finally:
             clients1 = sum(measure.cpu_seconds(p) for p in workers.pids)
+            nodes1 = node_cpu(postmasters)
             busy1, t1 = measure.machine_busy_seconds(), time.monotonic()
             codes = workers.stop(dsn=dsn)
         figures = measure.drain_rate(conn)
@@ -125,6 +137,10 @@ def run_one(dsn: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
             "machine_cores": round((busy1 - busy0) / (t1 - t0), 2),
             "workers_us_per_task": round((clients1 - clients0) / done * 1e6, 1),
             "machine_us_per_task": round((busy1 - busy0) / done * 1e6, 1),
+            # Each node's Postgres: the coordinator's share is what caps a cluster.
+            "node_us_per_task": {
+                node: round((nodes1[node] - nodes0[node]) / done * 1e6, 1) for node in nodes1
+            },
             "verification": verified,
             "worker_exit_codes": codes,
             "worker_warnings": workers.warnings(),
@@ -181,7 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         migrate(single)
         distributed = cluster.new_database("bench_distributed")
         migrate(distributed, "--distributed")
-        results = [run_one(single, "single", args), run_one(distributed, "distributed", args)]
+        postmasters = {node.name: measure.postmaster_pid(node.dsn()) for node in cluster.nodes}
+        results = [
+            run_one(single, "single", args, postmasters),
+            run_one(distributed, "distributed", args, postmasters),
+        ]
     finally:
         cluster.stop()
     by = {r["mode"]: r for r in results}
@@ -201,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("drain tasks/s", ("drain", "tasks_per_s")),
         ("drain machine CPU us/task", ("drain", "machine_us_per_task")),
         ("drain workers CPU us/task", ("drain", "workers_us_per_task")),
+        ("drain coordinator CPU us/task", ("drain", "node_us_per_task", "coordinator")),
+        ("drain worker-1 CPU us/task", ("drain", "node_us_per_task", "worker-1")),
+        ("drain worker-2 CPU us/task", ("drain", "node_us_per_task", "worker-2")),
         ("lateness p50 ms", ("lateness", "ms", "p50")),
         ("lateness p99 ms", ("lateness", "ms", "p99")),
         ("lateness max ms", ("lateness", "ms", "max")),
