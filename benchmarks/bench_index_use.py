@@ -600,7 +600,9 @@ def _counters(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             " JOIN pg_stat_all_indexes AS u USING (indexrelid) WHERE s.schemaname = 'pgsched'"
         )
     }
-    lsn = measure.one(conn, "SELECT pg_current_wal_flush_lsn()::text")
+    # The insert position: with synchronous_commit off the flush position can stand still
+    # through a whole phase. The WAL is flushed (checkpoint) before it is read back.
+    lsn = measure.one(conn, "SELECT pg_current_wal_insert_lsn()::text")
     return {"tables": tables, "indexes": indexes, "lsn": lsn}
 
 
@@ -618,6 +620,8 @@ def wal_by_relation(
         )
     }
     out: dict[str, dict[str, Any]] = {}
+    if measure.one(conn, "SELECT %s::pg_lsn >= %s::pg_lsn", (start, end)):
+        return out
     cur = conn.execute(
         "SELECT resource_manager, record_type, record_length, description, block_ref"
         " FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)"
@@ -677,6 +681,8 @@ def drain_phase(dsn: str, n: int, processes: int, keyed: bool) -> dict[str, Any]
             "SELECT count(*) FROM pgsched.tasks_finished WHERE task_type = 'noop'"
             " AND updated_at > now() - interval '1 hour'",
         )
+        # pg_walinspect reads only flushed WAL.
+        conn.execute("CHECKPOINT")
         wal_schedule = wal_by_relation(conn, before["lsn"], scheduled["lsn"])
         wal_drain = wal_by_relation(conn, scheduled["lsn"], after["lsn"])
         totals = conn.execute(

@@ -77,3 +77,21 @@ def test_index_use_smoke(db_dsn: str, tmp_path: Path) -> None:
     )
     assert by_index["completed_work_pkey"]["drain_insertions"].get("plain", 0) == 0
     assert "| `tasks_hot_claim_idx` |" in result["markdown"]
+
+
+def test_wal_is_read_between_positions_written_with_synchronous_commit_off(db_dsn: str) -> None:
+    # The test clusters commit asynchronously: the flush position may not have moved past
+    # a phase's writes (equal positions), and the insert position runs ahead of it until a
+    # flush. Both must give the phase's records, not an error.
+    import psycopg
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        conn.execute("SET synchronous_commit = off")
+        here = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
+        assert bench_index_use.wal_by_relation(conn, here, here) == {}
+        conn.execute("SELECT pgsched.schedule_task('noop', '{}'::jsonb, now())")
+        there = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
+        conn.execute("CHECKPOINT")
+        wal = bench_index_use.wal_by_relation(conn, here, there)
+    assert wal.get("tasks_hot", {}).get("bytes", 0) > 0
