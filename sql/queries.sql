@@ -251,12 +251,10 @@ SELECT
     task_type,
     attempts,
     max_attempts,
-    updated_at AS failed_at,
+    failed_at,
     last_error,
     holding_back
-FROM pgsched.lane_dead
-ORDER BY updated_at DESC, id DESC
-LIMIT %(max_rows)s;
+FROM pgsched.dead_page(max_rows => %(max_rows)s);
 
 -- name: dead_retry
 SELECT task_id
@@ -796,30 +794,29 @@ SELECT pgsched.schedule_resume(%(schedule_id)s) AS schedule_id;
 SELECT pgsched.schedule_delete(%(schedule_id)s, %(reason)s) AS schedule_id;
 
 -- name: dead_page
--- FAILED tasks live in the done partition; lane_dead is its view.
+-- FAILED tasks live in the done partition; dead_page reads them in steps (distributed
+-- mode too), lane_dead is their view.
 SELECT
     id,
     tenant_id,
     task_type,
     attempts,
     max_attempts,
-    updated_at AS failed_at,
+    failed_at,
     last_error,
     holding_back,
-    count(*) OVER () AS total
-FROM pgsched.lane_dead
-WHERE
-    (%(task_type)s::text IS NULL OR task_type = %(task_type)s)
-    AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
-    AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s)
-ORDER BY updated_at DESC, id DESC
-LIMIT %(max_rows)s OFFSET %(skip_rows)s;
+    total
+FROM pgsched.dead_page(
+    %(task_type)s, %(tenant_id)s, %(since)s::timestamptz, %(max_rows)s, %(skip_rows)s
+);
 
 -- name: dead_count
+-- From the tasks, not lane_dead: distributed mode plans no statement naming that view.
 SELECT count(*) AS total
-FROM pgsched.lane_dead
+FROM pgsched.tasks
 WHERE
-    (%(task_type)s::text IS NULL OR task_type = %(task_type)s)
+    status = 'FAILED'
+    AND (%(task_type)s::text IS NULL OR task_type = %(task_type)s)
     AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
     AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s);
 

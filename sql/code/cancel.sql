@@ -35,6 +35,45 @@ COMMENT ON FUNCTION pgsched.cancel_input_problem(text, text) IS 'Why a cancel''s
 REVOKE ALL ON FUNCTION pgsched.cancel_input_problem(text, text) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.cancel_input_problem(text, text) TO pgsched_admin;
 
+-- Lock these tasks' rows while they are unfinished, in an order every caller shares, and
+-- say what each is now. On one node, one statement in id order; in distributed mode Citus
+-- locks the rows of one shard per statement, so tenant by tenant (tenant, then id).
+CREATE OR REPLACE FUNCTION pgsched.tasks_lock_unfinished(task_ids bigint[])
+RETURNS TABLE (id bigint, tenant_id text, status pgsched.task_status)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    owner text;
+BEGIN
+    IF NOT pgsched.distributed_mode() THEN
+        RETURN QUERY
+        SELECT tk.id, tk.tenant_id, tk.status
+          FROM pgsched.tasks AS tk
+         WHERE tk.id = ANY(tasks_lock_unfinished.task_ids)
+           AND tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+         ORDER BY tk.id
+           FOR UPDATE OF tk;
+        RETURN;
+    END IF;
+    FOR owner IN
+        SELECT DISTINCT tk.tenant_id FROM pgsched.tasks AS tk
+         WHERE tk.id = ANY(tasks_lock_unfinished.task_ids) ORDER BY 1
+    LOOP
+        RETURN QUERY
+        SELECT tk.id, tk.tenant_id, tk.status
+          FROM pgsched.tasks AS tk
+         WHERE tk.tenant_id = owner
+           AND tk.id = ANY(tasks_lock_unfinished.task_ids)
+           AND tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
+         ORDER BY tk.id
+           FOR UPDATE OF tk;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.tasks_lock_unfinished(bigint[]) IS 'Locks the rows of those of these tasks that are unfinished and returns each with its tenant and status: in id order on one node, tenant by tenant in distributed mode (Citus locks one shard''s rows per statement). The caller retries on serialization_failure (a row moved partitions while it waited).';
+REVOKE ALL ON FUNCTION pgsched.tasks_lock_unfinished(bigint[]) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.tasks_lock_unfinished(bigint[]) TO pgsched_admin;
+
 -- Ask the workers holding these PROCESSING tasks to stop them: the request on each row
 -- (the first request wins; a second changes nothing), an event per row, a NOTIFY per row.
 -- The caller holds the rows locked. Returns the ids newly asked.
@@ -103,6 +142,8 @@ DECLARE
     gone bigint[];
     kids record;
     asked bigint[];
+    owner text;
+    said text;
     names_limit constant integer := 20;
 BEGIN
     problem := pgsched.cancel_input_problem(reason, actor);
@@ -110,8 +151,12 @@ BEGIN
         RAISE EXCEPTION 'pgsched: %', problem USING ERRCODE = 'invalid_parameter_value';
     END IF;
     who := pgsched.cancel_actor(actor);
-    SELECT pgsched.producer_tenant_problem(ARRAY[x.tenant_id]) INTO problem
-      FROM pgsched.tasks AS x WHERE x.id = cancel_task_ex.task_id;
+    -- The tenant first, then the row by tenant and id: in distributed mode a lock must name
+    -- the shard, and nothing may query the tables from inside a statement on a shard.
+    SELECT x.tenant_id INTO owner FROM pgsched.tasks AS x WHERE x.id = cancel_task_ex.task_id;
+    IF owner IS NOT NULL THEN
+        problem := pgsched.producer_tenant_problem(ARRAY[owner]);
+    END IF;
     IF problem IS NOT NULL THEN
         -- Say no without naming the other tenant.
         RAISE EXCEPTION 'pgsched: role % may not cancel task %: it belongs to another tenant',
@@ -121,7 +166,8 @@ BEGIN
         BEGIN
             -- Locked: a worker's outcome (or a fan-out) waits for this decision, or this
             -- waits for theirs and sees the row they left.
-            SELECT * INTO tk FROM pgsched.tasks AS x WHERE x.id = cancel_task_ex.task_id FOR UPDATE;
+            SELECT * INTO tk FROM pgsched.tasks AS x
+             WHERE x.tenant_id = owner AND x.id = cancel_task_ex.task_id FOR UPDATE;
             EXIT;
         EXCEPTION WHEN serialization_failure THEN
             NULL;  -- the row moved partitions while we waited (it finished): read it again
@@ -133,9 +179,10 @@ BEGIN
     END IF;
 
     IF tk.status IN ('PENDING', 'QUEUED') THEN
+        said := format('cancelled by %s: %s', who, why);
         UPDATE pgsched.tasks AS x
-           SET status = 'CANCELLED', status_reason = format('cancelled by %s: %s', who, why), updated_at = t
-         WHERE x.id = tk.id AND x.status = tk.status
+           SET status = 'CANCELLED', status_reason = said, updated_at = t
+         WHERE x.tenant_id = tk.tenant_id AND x.id = tk.id AND x.status = tk.status
         RETURNING x.* INTO changed;
         IF FOUND AND pgsched.events_by_functions() THEN
             PERFORM pgsched.task_event_write(changed, tk.status);
@@ -162,10 +209,11 @@ BEGIN
         SELECT 1 FROM pgsched.tasks AS c
          WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED', 'PROCESSING')
     ) THEN
-        -- A fan-out: stop what its tenants have not finished, in a stable order (id).
-        PERFORM 1 FROM pgsched.tasks AS c
-         WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED', 'PROCESSING')
-         ORDER BY c.id FOR UPDATE;
+        -- A fan-out: stop what its tenants have not finished, locked in the shared order.
+        PERFORM pgsched.tasks_lock_unfinished(ARRAY(
+            SELECT c.id FROM pgsched.tasks AS c
+             WHERE c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED', 'PROCESSING')));
+        said := format('cancelled by %s with its fan-out %s: %s', who, tk.id, why);
         WITH was AS (
             SELECT c.id, c.status
               FROM pgsched.tasks AS c
@@ -173,8 +221,7 @@ BEGIN
         ),
         cancelled AS (
             UPDATE pgsched.tasks AS c
-               SET status = 'CANCELLED', updated_at = t,
-                   status_reason = format('cancelled by %s with its fan-out %s: %s', who, tk.id, why)
+               SET status = 'CANCELLED', updated_at = t, status_reason = said
               FROM was
              WHERE c.id = was.id AND c.parent_id = tk.id AND c.status IN ('PENDING', 'QUEUED')
             RETURNING c.id, c.tenant_id, c.task_type, was.status AS from_status, c.updated_at,
@@ -281,6 +328,7 @@ DECLARE
     busy bigint[];
     n_cancelled bigint;
     gone bigint[];
+    said text;
 BEGIN
     problem := CASE
         WHEN num_nonnulls(cancel_tasks.task_type, cancel_tasks.tenant_id, cancel_tasks.idempotency_key,
@@ -308,6 +356,7 @@ BEGIN
         END IF;
     END IF;
     who := pgsched.cancel_actor(actor);
+    said := format('cancelled by %s: %s', who, why);
 
     -- Matched without locks (a dry run, the count a confirmation shows, must not hold up
     -- the workers), then locked by id and status for the real run.
@@ -330,18 +379,11 @@ BEGIN
 
     FOR attempt IN 1..5 LOOP
         BEGIN
-            WITH locked AS (
-                SELECT tk.id, tk.status
-                  FROM pgsched.tasks AS tk
-                 WHERE tk.id = ANY(idle || busy) AND tk.status IN ('PENDING', 'QUEUED', 'PROCESSING')
-                 ORDER BY tk.id
-                   FOR UPDATE OF tk
-            )
             -- A task claimed since it was matched is asked to stop; one finished is left alone.
             SELECT coalesce(array_agg(l.id) FILTER (WHERE l.status <> 'PROCESSING'), '{}'),
                    coalesce(array_agg(l.id) FILTER (WHERE l.status = 'PROCESSING'), '{}')
               INTO idle, busy
-              FROM locked AS l;
+              FROM pgsched.tasks_lock_unfinished(idle || busy) AS l;
             EXIT;
         EXCEPTION WHEN serialization_failure THEN
             NULL;  -- a row moved partitions while we waited for it: lock again
@@ -355,7 +397,7 @@ BEGIN
     ),
     cancelled AS (
         UPDATE pgsched.tasks AS tk
-           SET status = 'CANCELLED', status_reason = format('cancelled by %s: %s', who, why), updated_at = t
+           SET status = 'CANCELLED', status_reason = said, updated_at = t
           FROM was
          WHERE tk.id = was.id AND tk.id = ANY(idle) AND tk.status IN ('PENDING', 'QUEUED')
         RETURNING tk.id, tk.tenant_id, tk.task_type, was.status AS from_status, tk.updated_at,

@@ -1,6 +1,6 @@
 -- sql/code/dead_lane.sql — the DEAD lane.
 --
--- dead_retry, dead_discard and the lane_dead view.
+-- dead_retry, dead_discard, dead_page and the lane_dead view.
 --
 -- Applied by `pgsched migrate` after the numbered migrations whenever this file changes
 -- (sql/code/order.txt gives the order), so everything here can be applied again: CREATE
@@ -81,10 +81,11 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     discarded pgsched.tasks;
+    -- A value, not an expression: Citus allows no now() in an UPDATE's SET.
+    t timestamptz := coalesce(dead_discard.as_of, now());
 BEGIN
     UPDATE pgsched.tasks AS tk
-       SET status = 'CANCELLED', status_reason = dead_discard.reason,
-           updated_at = coalesce(dead_discard.as_of, now())
+       SET status = 'CANCELLED', status_reason = dead_discard.reason, updated_at = t
      WHERE tk.id = dead_discard.task_id AND tk.status = 'FAILED'
     RETURNING tk.* INTO discarded;
     IF NOT FOUND THEN
@@ -101,6 +102,69 @@ $$;
 COMMENT ON FUNCTION pgsched.dead_discard(bigint, text, timestamp with time zone) IS 'Discard a DEAD task: CANCELLED, recorded with the reason. Returns its id.';
 REVOKE ALL ON FUNCTION pgsched.dead_discard(bigint, text, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION pgsched.dead_discard(bigint, text, timestamptz) TO pgsched_admin;
+
+-- A page of the DEAD lane, newest failure first, with what each task holds back and how
+-- many match in all. Read in steps, so that no statement joins the tasks with the
+-- coordinator's dependency table (distributed mode refuses the join lane_dead makes).
+CREATE OR REPLACE FUNCTION pgsched.dead_page(
+    of_type text DEFAULT NULL,
+    of_tenant text DEFAULT NULL,
+    failed_since timestamptz DEFAULT NULL,
+    max_rows integer DEFAULT 50,
+    skip_rows integer DEFAULT 0
+) RETURNS TABLE (
+    id bigint, tenant_id text, task_type text, attempts bigint, max_attempts bigint,
+    failed_at timestamptz, last_error text, holding_back bigint, total bigint
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    failed bigint[];
+    pending bigint[];
+    held_parents bigint[];
+    held_counts bigint[];
+    matched bigint;
+BEGIN
+    IF dead_page.max_rows IS NULL OR dead_page.max_rows < 1 OR dead_page.skip_rows < 0 THEN
+        RAISE EXCEPTION 'pgsched: max_rows must be at least 1 and skip_rows at least 0, got % and %',
+            dead_page.max_rows, dead_page.skip_rows USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    failed := ARRAY(
+        SELECT tk.id FROM pgsched.tasks AS tk
+         WHERE tk.status = 'FAILED'
+           AND (dead_page.of_type IS NULL OR tk.task_type = dead_page.of_type)
+           AND (dead_page.of_tenant IS NULL OR tk.tenant_id = dead_page.of_tenant)
+           AND (dead_page.failed_since IS NULL OR tk.updated_at >= dead_page.failed_since)
+         ORDER BY tk.updated_at DESC, tk.id DESC
+         LIMIT dead_page.max_rows OFFSET coalesce(dead_page.skip_rows, 0));
+    SELECT count(*) INTO matched FROM pgsched.tasks AS tk
+     WHERE tk.status = 'FAILED'
+       AND (dead_page.of_type IS NULL OR tk.task_type = dead_page.of_type)
+       AND (dead_page.of_tenant IS NULL OR tk.tenant_id = dead_page.of_tenant)
+       AND (dead_page.failed_since IS NULL OR tk.updated_at >= dead_page.failed_since);
+    -- What each holds back: tasks still waiting for it (depends_on), PENDING.
+    pending := ARRAY(
+        SELECT c.id FROM pgsched.tasks AS c
+         WHERE c.status = 'PENDING' AND c.id = ANY(ARRAY(
+            SELECT d.child_id FROM pgsched.task_dependencies AS d
+             WHERE d.parent_id = ANY(failed) AND NOT d.met)));
+    SELECT coalesce(array_agg(h.parent_id), '{}'), coalesce(array_agg(h.n), '{}')
+      INTO held_parents, held_counts
+      FROM (SELECT d.parent_id, count(*) AS n FROM pgsched.task_dependencies AS d
+             WHERE d.parent_id = ANY(failed) AND NOT d.met AND d.child_id = ANY(pending)
+             GROUP BY d.parent_id) AS h;
+    RETURN QUERY
+    SELECT tk.id, tk.tenant_id, tk.task_type, tk.attempts, tk.max_attempts, tk.updated_at,
+           tk.last_error, coalesce(h.n, 0)::bigint, matched
+      FROM pgsched.tasks AS tk
+      LEFT JOIN unnest(held_parents, held_counts) AS h(parent_id, n) ON h.parent_id = tk.id
+     WHERE tk.status = 'FAILED' AND tk.id = ANY(failed)
+     ORDER BY tk.updated_at DESC, tk.id DESC;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.dead_page(text, text, timestamp with time zone, integer, integer) IS 'A page of the DEAD lane (FAILED tasks, newest failure first), filtered by task type, tenant and failed since: each with failed_at, last_error and holding_back (how many tasks wait for it, depends_on), and total, how many match in all. As the lane_dead view, read in steps so that it runs in distributed mode too.';
+REVOKE ALL ON FUNCTION pgsched.dead_page(text, text, timestamptz, integer, integer) FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.dead_page(text, text, timestamptz, integer, integer) TO pgsched_worker, pgsched_admin;
 
 -- The DEAD lane: terminal failures, whatever lane they ran in, waiting for a person.
 -- The columns tasks had when 0010 made these views with SELECT * (Postgres fixes a view's

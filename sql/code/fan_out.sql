@@ -21,9 +21,14 @@ DECLARE
     n integer;
     child_ids bigint[];
     applied boolean;
+    owner text;
 BEGIN
+    -- The tenant first, then the row by tenant and id: in distributed mode a lock must name
+    -- the shard.
+    SELECT tk.tenant_id INTO owner FROM pgsched.tasks AS tk WHERE tk.id = task_fan_out.task_id;
     SELECT * INTO p FROM pgsched.tasks AS tk
-     WHERE tk.id = task_fan_out.task_id AND tk.status = 'PROCESSING' AND tk.lease_token = task_fan_out.lease_token
+     WHERE tk.tenant_id = owner AND tk.id = task_fan_out.task_id AND tk.status = 'PROCESSING'
+       AND tk.lease_token = task_fan_out.lease_token
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -33,7 +38,7 @@ BEGIN
     IF p.cancel_requested_at IS NOT NULL THEN
         PERFORM pgsched.task_finish_many(
             ARRAY[p.id], ARRAY[p.lease_token], ARRAY['CANCELLED'], ARRAY['stopped before fanning out'],
-            NULL, as_of);
+            NULL, as_of, tenant => p.tenant_id);
         RETURN 0;
     END IF;
     SELECT coalesce(array_agg(t.tenant_id ORDER BY t.tenant_id), '{}') INTO tenant_list
@@ -68,7 +73,7 @@ BEGIN
     -- The parent's own outcome: done fanning out. Each tenant's outcome is its child's.
     SELECT f.applied INTO applied FROM pgsched.task_finish_many(
         ARRAY[p.id], ARRAY[p.lease_token], ARRAY['COMPLETED'],
-        ARRAY[format('fanned out to %s tenants', n)], NULL, as_of) AS f;
+        ARRAY[format('fanned out to %s tenants', n)], NULL, as_of, tenant => p.tenant_id) AS f;
     RETURN n;
 END;
 $$;

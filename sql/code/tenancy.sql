@@ -59,6 +59,10 @@ CREATE OR REPLACE FUNCTION pgsched.tenant_add(
 ) RETURNS text
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    -- A value, not now(): Citus allows only immutable functions in the upsert of a
+    -- reference table (distributed mode).
+    t_now timestamptz := now();
 BEGIN
     IF tenant_add.tenant_id IS NULL OR tenant_add.tenant_id !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' THEN
         RAISE EXCEPTION 'pgsched: tenant_id % is not a plain identifier (letters, digits, _, . and -, starting with a letter or digit)',
@@ -74,7 +78,7 @@ BEGIN
     INSERT INTO pgsched.tenants AS t (tenant_id, product, metadata)
     VALUES (tenant_add.tenant_id, tenant_add.product, tenant_add.metadata)
     ON CONFLICT ON CONSTRAINT tenants_pkey DO UPDATE
-        SET product = excluded.product, metadata = excluded.metadata, active = TRUE, updated_at = now();
+        SET product = excluded.product, metadata = excluded.metadata, active = TRUE, updated_at = t_now;
     RETURN tenant_add.tenant_id;
 END;
 $$;
@@ -85,13 +89,15 @@ GRANT EXECUTE ON FUNCTION pgsched.tenant_add(text, text, jsonb) TO pgsched_admin
 CREATE OR REPLACE FUNCTION pgsched.tenant_set_active(tenant_id text, active boolean) RETURNS text
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    t_now timestamptz := now();  -- a value: see tenant_add
 BEGIN
     IF tenant_set_active.active IS NULL THEN
         RAISE EXCEPTION 'pgsched: active must be true or false, got NULL'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     UPDATE pgsched.tenants AS t
-       SET active = tenant_set_active.active, updated_at = now()
+       SET active = tenant_set_active.active, updated_at = t_now
      WHERE t.tenant_id = tenant_set_active.tenant_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgsched: no tenant %', tenant_set_active.tenant_id USING ERRCODE = 'no_data_found';

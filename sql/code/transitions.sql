@@ -103,19 +103,25 @@ GRANT EXECUTE ON FUNCTION pgsched.task_record_transitions() TO pgsched_worker, p
 
 -- One transition's event, from the task row after the change, as the trigger writes it:
 -- for the single-row changes of the functions that write their own (events_by_functions).
+-- PL/pgSQL, inserting values: Citus plans no SQL function with parameters on a
+-- distributed table, and values go to the tenant's shard alone.
 CREATE OR REPLACE FUNCTION pgsched.task_event_write(
     changed pgsched.tasks, from_status pgsched.task_status
 ) RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-    INSERT INTO pgsched.task_events (
-        task_id, tenant_id, task_type, from_status, to_status,
-        occurred_at, scheduled_for, attempt, worker, detail
-    )
-    SELECT (changed).id, (changed).tenant_id, (changed).task_type, task_event_write.from_status,
-           (changed).status, (changed).updated_at, (changed).next_run_at, (changed).attempts,
-           (changed).locked_by, (changed).status_reason
-     WHERE task_event_write.from_status IS DISTINCT FROM (changed).status
+BEGIN
+    IF task_event_write.from_status IS DISTINCT FROM changed.status THEN
+        INSERT INTO pgsched.task_events (
+            task_id, tenant_id, task_type, from_status, to_status,
+            occurred_at, scheduled_for, attempt, worker, detail
+        ) VALUES (
+            changed.id, changed.tenant_id, changed.task_type, task_event_write.from_status,
+            changed.status, changed.updated_at, changed.next_run_at, changed.attempts,
+            changed.locked_by, changed.status_reason
+        );
+    END IF;
+END;
 $$;
 COMMENT ON FUNCTION pgsched.task_event_write(pgsched.tasks, pgsched.task_status) IS 'Writes the event of one status change (from from_status to the row''s status; nothing when they are the same), as the transition trigger would: for functions that write their own events (events_by_functions).';
 REVOKE ALL ON FUNCTION pgsched.task_event_write(pgsched.tasks, pgsched.task_status) FROM public;

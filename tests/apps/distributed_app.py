@@ -8,6 +8,7 @@ a test reads what ran from the tasks and their events alone.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -40,4 +41,14 @@ def always_fails(ctx: TaskContext) -> None:
 def slow(ctx: TaskContext) -> dict[str, Any]:
     """Runs for the payload's seconds: long enough to kill its worker mid-task."""
     time.sleep(float(ctx.payload.get("seconds", 5)))
+    return {"tenant": ctx.tenant_id, "attempt": ctx.attempt}
+
+
+@app.handler("until_cancelled")
+async def until_cancelled(ctx: TaskContext) -> dict[str, Any]:
+    """Waits to be cancelled (an async handler gets CancelledError); tenant 'fast' and a
+    payload {"seconds": 0} return at once."""
+    if ctx.tenant_id == "fast" or ctx.payload.get("seconds") == 0:
+        return {"tenant": ctx.tenant_id}
+    await asyncio.sleep(float(ctx.payload.get("seconds", 60)))
     return {"tenant": ctx.tenant_id, "attempt": ctx.attempt}
