@@ -466,6 +466,7 @@ LEFT JOIN LATERAL (
     FROM pgsched.task_events AS e
     WHERE
         e.task_id = h.task_id
+        AND e.tenant_id = h.tenant_id
         AND e.from_status = 'PROCESSING'
         AND e.occurred_at = h.finished_at
     ORDER BY e.id

@@ -602,7 +602,8 @@ SELECT
     r.outcome,
     r.detail
 FROM pgsched.task_runs AS r
-LEFT JOIN pgsched.tasks AS t ON r.task_id = t.id;
+-- By tenant and id: on a distributed database the join stays on the tenant's shard.
+LEFT JOIN pgsched.tasks AS t ON r.tenant_id = t.tenant_id AND r.task_id = t.id;
 COMMENT ON VIEW pgsched.run_history IS 'Every run with its schedule: what pgsched history and App.history read.';
 REVOKE ALL ON pgsched.run_history FROM public;
 GRANT SELECT ON pgsched.run_history TO pgsched_worker;

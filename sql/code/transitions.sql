@@ -206,6 +206,8 @@ LEFT JOIN LATERAL (
     FROM pgsched.task_events AS e
     WHERE
         e.task_id = s.task_id
+        -- The tenant too: on a distributed database the join stays on the tenant's shard.
+        AND e.tenant_id = s.tenant_id
         AND e.id > s.id
         AND e.from_status = 'PROCESSING'
         AND e.to_status <> 'PROCESSING'

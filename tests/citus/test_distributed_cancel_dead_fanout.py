@@ -169,6 +169,12 @@ def test_dead_list_retry_and_discard_from_the_command_line(
         ("QUEUED", "PROCESSING"),
         ("PROCESSING", "FAILED"),
     ]
+    # "Did it run?": pgsched history answers from the events of both nodes' shards.
+    history = run_cli(env, "history", "--task", str(dead[1]), "--json")
+    assert history.returncode == 0, history
+    runs = json.loads(history.stdout)
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "FAILED"), (1, "FAILED")]
+    assert {r["tenant_id"] for r in runs} == {"tenant-1"}
     every = run_cli(env, "dead", "retry", "--type", "always_fails")
     assert every.returncode == 0, every
     wait_until(
