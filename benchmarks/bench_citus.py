@@ -4,6 +4,7 @@ distribution, not its gain (every node shares this machine's cores).
     python -m benchmarks.bench_citus                 # 20,000 tasks a drain, 300/s paced
     python -m benchmarks.bench_citus --quick         # 2,000 tasks, 100/s for 10 s (CI smoke)
     python -m benchmarks.bench_citus --tasks 50000 --tenants 64 --rate 500 --seconds 30
+    python -m benchmarks.bench_citus --future 10000000   # the drain again beside 10M future
 
 Starts a Citus coordinator and two worker nodes (tests/support/citus_cluster.py; Citus must
 be installed), and on it two databases: `single`, migrated by `pgsched migrate` (single-node
@@ -13,7 +14,10 @@ mode: every table on the coordinator), and `distributed`, migrated by `pgsched m
 - drain: N no-op tasks due now, spread over T tenants, run by worker processes; the rate
   is N over first claim -> last completion, from the events (exactly two per task, checked);
 - lateness: tasks due at R per second for S seconds (T tenants), scheduled ahead, run by
-  the same workers; lateness is each task's claim time minus its due time, from the events.
+  the same workers; lateness is each task's claim time minus its due time, from the events;
+- backlog flatness (--future F): F tasks due over the year starting 25 h from now (the cold
+  tier, which claims never touch) are scheduled, then the drain is run again beside them;
+  flatness is that drain's rate over the first one's (target >= 0.9).
 
 CPU: the workers' own, and the machine's (every node's Postgres is on it). Prints the
 figures side by side with their ratio (distributed / single) and writes a JSON result.
@@ -26,6 +30,7 @@ import os
 import subprocess
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--cap", type=float, default=600.0, help="give a drain up after this")
+    parser.add_argument(
+        "--future", type=int, default=0, help="future tasks for the flatness drain (0: none)"
+    )
     parser.add_argument("--quick", action="store_true", help="2,000 tasks; 100/s for 10 s")
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "citus.json")
     args = parser.parse_args(argv)
@@ -79,11 +87,43 @@ def schedule(conn: psycopg.Connection[Any], tenants: list[str], run_ats: list[An
         assert row is not None and row[0] == len(part)
 
 
-def clear(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(
-        "TRUNCATE pgsched.tasks_hot, pgsched.tasks_done, pgsched.tasks_finished,"
-        " pgsched.task_events, pgsched.tasks_cold"
-    )
+def clear(conn: psycopg.Connection[Any], *, keep_cold: bool = False) -> None:
+    tiers = "pgsched.tasks_hot, pgsched.tasks_done, pgsched.tasks_finished, pgsched.task_events"
+    conn.execute(f"TRUNCATE {tiers}" + ("" if keep_cold else ", pgsched.tasks_cold"))
+
+
+def fill_future(dsn: str, tenants: list[str], n: int) -> dict[str, Any]:
+    """n tasks due over the 365 days starting 25 h from now, two connections at once."""
+    started = time.monotonic()
+    chunk = 20_000
+
+    def one_chunk(lo: int) -> None:
+        size = min(chunk, n - lo)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pgsched.schedule_tasks("
+                " task_types => array_fill('noop'::text, ARRAY[%(size)s]),"
+                " tenant_ids => ARRAY(SELECT (%(tenants)s::text[])[1 + (%(lo)s + i) %% %(t)s]"
+                "   FROM generate_series(0, %(size)s - 1) AS i),"
+                " run_ats => ARRAY(SELECT now() + interval '25 hours'"
+                "   + ((%(lo)s + i)::float8 / %(n)s) * interval '365 days'"
+                "   FROM generate_series(0, %(size)s - 1) AS i))",
+                {"size": size, "tenants": tenants, "lo": lo, "t": len(tenants), "n": n},
+            ).fetchone()
+            assert row is not None and row[0] == size
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(one_chunk, range(0, n, chunk)))
+    seconds = time.monotonic() - started
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cold = measure.one(conn, "SELECT count(*) FROM pgsched.tasks_cold")
+        conn.execute("ANALYZE pgsched.tasks")
+    return {
+        "future": n,
+        "in_cold_tier": cold,
+        "seconds": round(seconds, 1),
+        "per_s": round(n / seconds) if seconds else None,
+    }
 
 
 def lateness(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -102,6 +142,60 @@ def node_cpu(postmasters: dict[str, int | None]) -> dict[str, float]:
     }
 
 
+def drain(
+    conn: psycopg.Connection[Any],
+    dsn: str,
+    name: str,
+    label: str,
+    tenants: list[str],
+    args: argparse.Namespace,
+    postmasters: dict[str, int | None],
+) -> dict[str, Any]:
+    """args.tasks no-op tasks due now over the tenants, drained by the workers."""
+    now = conn.execute("SELECT now()").fetchone()
+    assert now is not None
+    measure.step(f"{name}: {label}: {args.tasks:,} tasks due now over {args.tenants} tenants")
+    schedule(conn, tenants, [now[0]] * args.tasks)
+    check = measure.Drained(conn, args.tasks)
+    workers = measure.pgsched_workers(
+        dsn, f"{name}-{label}", args.processes, args.batch_size, args.concurrency
+    ).start()
+    busy0, t0 = measure.machine_busy_seconds(), time.monotonic()
+    clients0 = sum(measure.cpu_seconds(p) for p in workers.pids)
+    nodes0 = node_cpu(postmasters)
+    try:
+        finished, _ = measure.wait_until(check, args.cap, workers, idle_timeout=45.0)
+    finally:
+        clients1 = sum(measure.cpu_seconds(p) for p in workers.pids)
+        nodes1 = node_cpu(postmasters)
+        busy1, t1 = measure.machine_busy_seconds(), time.monotonic()
+        codes = workers.stop(dsn=dsn)
+    figures = measure.drain_rate(conn)
+    verified = measure.verify_events(conn, args.tasks) if finished else None
+    done = figures["completed"] or 1
+    result = {
+        "finished": finished,
+        "tasks_per_s": figures.get("tasks_per_s"),
+        "seconds": figures.get("seconds"),
+        "machine_cores": round((busy1 - busy0) / (t1 - t0), 2),
+        "workers_us_per_task": round((clients1 - clients0) / done * 1e6, 1),
+        "machine_us_per_task": round((busy1 - busy0) / done * 1e6, 1),
+        # Each node's Postgres: the coordinator's share is what caps a cluster.
+        "node_us_per_task": {
+            node: round((nodes1[node] - nodes0[node]) / done * 1e6, 1) for node in nodes1
+        },
+        "verification": verified,
+        "worker_exit_codes": codes,
+        "worker_warnings": workers.warnings(),
+    }
+    workers.cleanup()
+    measure.note(
+        f"{name}: {label} {figures.get('tasks_per_s')}/s,"
+        f" {result['machine_us_per_task']} us machine CPU a task"
+    )
+    return result
+
+
 def run_one(
     dsn: str, name: str, args: argparse.Namespace, postmasters: dict[str, int | None]
 ) -> dict[str, Any]:
@@ -109,47 +203,7 @@ def run_one(
     out: dict[str, Any] = {"mode": name}
     with psycopg.connect(dsn, autocommit=True) as conn:
         clear(conn)
-        now = conn.execute("SELECT now()").fetchone()
-        assert now is not None
-        measure.step(f"{name}: scheduling {args.tasks:,} tasks due now over {args.tenants} tenants")
-        schedule(conn, tenants, [now[0]] * args.tasks)
-        check = measure.Drained(conn, args.tasks)
-        workers = measure.pgsched_workers(
-            dsn, f"{name}-drain", args.processes, args.batch_size, args.concurrency
-        ).start()
-        busy0, t0 = measure.machine_busy_seconds(), time.monotonic()
-        clients0 = sum(measure.cpu_seconds(p) for p in workers.pids)
-        nodes0 = node_cpu(postmasters)
-        try:
-            finished, _ = measure.wait_until(check, args.cap, workers, idle_timeout=45.0)
-        finally:
-            clients1 = sum(measure.cpu_seconds(p) for p in workers.pids)
-            nodes1 = node_cpu(postmasters)
-            busy1, t1 = measure.machine_busy_seconds(), time.monotonic()
-            codes = workers.stop(dsn=dsn)
-        figures = measure.drain_rate(conn)
-        verified = measure.verify_events(conn, args.tasks) if finished else None
-        done = figures["completed"] or 1
-        out["drain"] = {
-            "finished": finished,
-            "tasks_per_s": figures.get("tasks_per_s"),
-            "seconds": figures.get("seconds"),
-            "machine_cores": round((busy1 - busy0) / (t1 - t0), 2),
-            "workers_us_per_task": round((clients1 - clients0) / done * 1e6, 1),
-            "machine_us_per_task": round((busy1 - busy0) / done * 1e6, 1),
-            # Each node's Postgres: the coordinator's share is what caps a cluster.
-            "node_us_per_task": {
-                node: round((nodes1[node] - nodes0[node]) / done * 1e6, 1) for node in nodes1
-            },
-            "verification": verified,
-            "worker_exit_codes": codes,
-            "worker_warnings": workers.warnings(),
-        }
-        workers.cleanup()
-        measure.note(
-            f"{name}: drain {figures.get('tasks_per_s')}/s,"
-            f" {out['drain']['machine_us_per_task']} us machine CPU a task"
-        )
+        out["drain"] = drain(conn, dsn, name, "drain", tenants, args, postmasters)
 
         clear(conn)
         workers = measure.pgsched_workers(
@@ -181,6 +235,21 @@ def run_one(
         workers.cleanup()
         ms = out["lateness"]["ms"]
         measure.note(f"{name}: lateness p50 {ms['p50']} ms, p99 {ms['p99']} ms")
+
+        if args.future:
+            clear(conn)
+            measure.step(f"{name}: scheduling {args.future:,} future tasks (the cold tier)")
+            out["future"] = fill_future(dsn, tenants, args.future)
+            measure.note(f"{name}: {out['future']['per_s']:,} future tasks/s scheduled")
+            clear(conn, keep_cold=True)
+            out["drain_beside_future"] = drain(
+                conn, dsn, name, "drain beside the future tasks", tenants, args, postmasters
+            )
+            empty = out["drain"]["tasks_per_s"]
+            full = out["drain_beside_future"]["tasks_per_s"]
+            out["flatness"] = round(full / empty, 2) if empty and full else None
+            measure.note(f"{name}: flatness {out['flatness']} (target >= 0.9)")
+            clear(conn)
     return out
 
 
@@ -228,6 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("lateness p99 ms", ("lateness", "ms", "p99")),
         ("lateness max ms", ("lateness", "ms", "max")),
     ]
+    if args.future:
+        rows += [
+            ("future tasks scheduled/s", ("future", "per_s")),
+            ("drain beside future tasks/s", ("drain_beside_future", "tasks_per_s")),
+            ("flatness (beside / empty)", ("flatness",)),
+        ]
     print(f"\n{'figure':30} {'single':>12} {'distributed':>12} {'ratio':>7}")
     table = []
     for label, path in rows:
@@ -251,7 +326,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "table": table,
         },
     )
-    ok = all(r["drain"]["finished"] and r["lateness"]["finished"] for r in results)
+    ok = all(
+        r["drain"]["finished"]
+        and r["lateness"]["finished"]
+        and (not args.future or r["drain_beside_future"]["finished"])
+        for r in results
+    )
     return 0 if ok else 1
 
 
