@@ -29,7 +29,7 @@ MAX_RETRY_SECONDS = 30.0
 # What distributed mode (`pgsched migrate --distributed`, docs/scaling.md) does not run yet.
 DISTRIBUTED_NOT_YET = (
     "not supported on a distributed database yet: the Redis hot tier, task limits, tenant"
-    " readers, and the `pgsched dead` commands and lane views (docs/scaling.md)"
+    " readers and the lane_dead view (docs/scaling.md)"
 )
 HOT_TIER_NOT_DISTRIBUTED = (
     "the Redis hot tier is not supported on a distributed database yet: start it without"

@@ -13,10 +13,8 @@ from benchmarks import bench_citus
 
 def test_bench_citus_smoke(tmp_path: Path) -> None:
     out = tmp_path / "citus.json"
-    code = bench_citus.main(
-        ["--tasks", "300", "--tenants", "8", "--rate", "50", "--seconds", "4"]
-        + ["--future", "3000", "--out", str(out)]
-    )
+    small = ["--tasks", "300", "--tenants", "8", "--rate", "50", "--seconds", "4"]
+    code = bench_citus.main([*small, "--future", "3000", "--out", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
     assert [r["mode"] for r in result["results"]] == ["single", "distributed"]

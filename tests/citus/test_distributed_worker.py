@@ -3,8 +3,8 @@
 completions, retries into the DEAD lane, the audit written by the functions (every
 transition, with its worker and attempt), keys per tenant, and a worker SIGKILLed mid-task
 whose task another worker rescues and runs: nothing lost, nothing run twice. The DEAD
-lane's retry works from SQL (`pgsched.dead_retry`); the `pgsched dead` commands and the
-lane views do not run there yet (they join workflows' tables, kept on the coordinator)."""
+lane's retry from SQL (`pgsched.dead_retry`) here; its commands, cancel and fan-out in
+test_distributed_cancel_dead_fanout.py."""
 
 from __future__ import annotations
 
