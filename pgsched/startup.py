@@ -29,7 +29,8 @@ MAX_RETRY_SECONDS = 30.0
 # What distributed mode (`pgsched migrate --distributed`, docs/scaling.md) does not run yet.
 DISTRIBUTED_NOT_YET = (
     "not supported on a distributed database yet: the Redis hot tier, task limits, tenant"
-    " readers and the lane_dead view (docs/scaling.md)"
+    " readers, workflows (depends_on, schedule_workflow, schedule_batch) and the lane_dead"
+    " view (docs/scaling.md)"
 )
 HOT_TIER_NOT_DISTRIBUTED = (
     "the Redis hot tier is not supported on a distributed database yet: start it without"

@@ -19,6 +19,23 @@
 -- OR REPLACE, triggers dropped and made again. A signature or a view's columns change
 -- through a numbered migration that drops the old one first.
 
+-- Workflows (depends_on, schedule_workflow, schedule_batch) are not built for distributed
+-- mode: their edges live on the coordinator and their checks lock and join tasks by id
+-- across tenants, which Citus refuses. Refused at once, with nothing written, in words.
+CREATE OR REPLACE FUNCTION pgsched.workflows_refuse_when_distributed() RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF pgsched.distributed_mode() THEN
+        RAISE EXCEPTION 'pgsched: depends_on, workflows and batches are not supported on a distributed database yet (docs/scaling.md)'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION pgsched.workflows_refuse_when_distributed() IS 'Raises feature_not_supported (0A000) on a distributed database: depends_on, schedule_workflow and schedule_batch are not supported there yet.';
+REVOKE ALL ON FUNCTION pgsched.workflows_refuse_when_distributed() FROM public;
+GRANT EXECUTE ON FUNCTION pgsched.workflows_refuse_when_distributed() TO pgsched_producer, pgsched_worker, pgsched_admin;
+
 -- A new task's parents: each must exist, belong to the new task's tenant (or be global),
 -- not be CANCELLED, and not be DEAD for a child that would be cancelled. Each is locked
 -- (FOR SHARE) until the caller commits, so a parent cannot finish between this check and
@@ -39,6 +56,7 @@ DECLARE
     owner_tenants text[];
     bad record;
 BEGIN
+    PERFORM pgsched.workflows_refuse_when_distributed();
     IF array_ndims(depends_on) > 1 THEN
         RAISE EXCEPTION 'pgsched: depends_on must be a one-dimensional array of task ids'
             USING ERRCODE = 'invalid_parameter_value';
@@ -614,6 +632,7 @@ DECLARE
     parents bigint[];
     made record;
 BEGIN
+    PERFORM pgsched.workflows_refuse_when_distributed();
     IF jsonb_typeof(steps) IS DISTINCT FROM 'array' OR jsonb_array_length(steps) = 0 THEN
         RAISE EXCEPTION 'pgsched: steps must be a non-empty JSON array of step objects'
             USING ERRCODE = 'invalid_parameter_value';
@@ -745,6 +764,7 @@ DECLARE
     callback bigint;
     problem text;
 BEGIN
+    PERFORM pgsched.workflows_refuse_when_distributed();
     IF on_complete_type IS NULL THEN
         RAISE EXCEPTION 'pgsched: on_complete_type is required (the callback''s task type)'
             USING ERRCODE = 'invalid_parameter_value';

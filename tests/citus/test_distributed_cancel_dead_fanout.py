@@ -251,3 +251,38 @@ def test_a_product_task_fans_out_over_both_nodes_and_a_fan_out_cancel_stops_the_
         30,
         what="the slow tenants to be cancelled",
     )
+
+
+def test_workflows_are_refused_in_words_with_nothing_written(dconn: psycopg.Connection) -> None:
+    """depends_on, schedule_workflow and schedule_batch are not built for distributed mode
+    (docs/scaling.md): each is refused with SQLSTATE 0A000 naming why, and writes nothing."""
+    parent = schedule(dconn, "echo", tenant_id="tenant-0")
+    calls = [
+        (
+            "SELECT pgsched.schedule_task('echo', '{}'::jsonb, tenant_id => 'tenant-0',"
+            " depends_on => ARRAY[%s]::bigint[])",
+            (parent,),
+        ),
+        (
+            "SELECT * FROM pgsched.schedule_tasks(ARRAY['echo', 'echo'],"
+            " tenant_ids => ARRAY['tenant-0', 'tenant-0'], depends_on => ARRAY[%s]::bigint[])",
+            (parent,),
+        ),
+        (
+            "SELECT * FROM pgsched.schedule_workflow("
+            """'[{"name": "a", "task_type": "echo"}, {"name": "b", "task_type": "echo","""
+            """ "after": ["a"]}]'::jsonb, tenant_id => 'tenant-0')""",
+            None,
+        ),
+        (
+            "SELECT * FROM pgsched.schedule_batch(ARRAY['echo', 'echo'],"
+            " on_complete_type => 'echo', tenant_id => 'tenant-0')",
+            None,
+        ),
+    ]
+    for sql, params in calls:
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            dconn.execute(sql, params)
+        assert "not supported on a distributed database yet" in str(refused.value), sql
+    assert dconn.execute("SELECT count(*) FROM pgsched.tasks").fetchone() == (1,)
+    assert dconn.execute("SELECT count(*) FROM pgsched.task_dependencies").fetchone() == (0,)
