@@ -8,6 +8,9 @@ written for one node runs here unchanged:
 ``db_dsn``, ``db_env``, ``conn``, ``connect``, ``workers``
     as in tests/conftest.py, for this test's database on the coordinator, migrated with
     ``pgsched migrate`` (run as a user runs it).
+``dist_dsn``, ``dconn``, ``dworkers``
+    A database distributed by ``pgsched migrate --distributed`` (run as a user runs it),
+    a bare autocommit connection to it, and real ``pgsched worker`` processes against it.
 ``citus`` (session)
     The `CitusCluster`: ``coordinator``, ``workers`` (nodes with ``port``, ``connect``,
     ``stop_server``, ``start_server``).
@@ -30,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from tests.support.citus_cluster import CitusCluster, citus_missing, dbname_of
 from tests.support.paths import REPO_ROOT
-from tests.support.worker_helpers import PGSCHED
+from tests.support.worker_helpers import PGSCHED, Workers, run_cli, running_workers
 
 REQUIRE = "PGSCHED_REQUIRE_CITUS"
 
@@ -74,6 +77,28 @@ def db_dsn(citus: CitusCluster) -> Iterator[str]:
     assert done.returncode == 0, f"pgsched migrate failed:\n{done.stdout}\n{done.stderr}"
     yield dsn
     citus.drop_database(dbname_of(dsn))
+
+
+@pytest.fixture
+def dist_dsn(citus: CitusCluster) -> Iterator[str]:
+    """This test's database, distributed by `pgsched migrate --distributed`."""
+    dsn = citus.new_database("pgsched_dist")
+    done = run_cli({**os.environ, "PGSCHED_DSN": dsn}, "migrate", "--distributed")
+    assert done.returncode == 0, done
+    yield dsn
+    citus.drop_database(dbname_of(dsn))
+
+
+@pytest.fixture
+def dconn(dist_dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(dist_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def dworkers(dist_dsn: str, tmp_path: Path) -> Iterator[Workers]:
+    with running_workers({**os.environ, "PGSCHED_DSN": dist_dsn}, tmp_path) as started:
+        yield started
 
 
 @pytest.fixture

@@ -10,43 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.support.citus_cluster import CitusCluster, dbname_of
-from tests.support.worker_helpers import Workers, run_cli, running_workers, schedule, wait_until
+from tests.support.worker_helpers import Workers, run_cli, schedule, wait_until
 
 APP = "tests.apps.distributed_app:app"
 
 
 @pytest.fixture
-def dist_dsn(citus: CitusCluster) -> Iterator[str]:
-    dsn = citus.new_database("pgsched_distcancel")
-    done = run_cli({**os.environ, "PGSCHED_DSN": dsn}, "migrate", "--distributed")
-    assert done.returncode == 0, done
-    yield dsn
-    citus.drop_database(dbname_of(dsn))
-
-
-@pytest.fixture
 def env(dist_dsn: str) -> dict[str, str]:
     return {**os.environ, "PGSCHED_DSN": dist_dsn}
-
-
-@pytest.fixture
-def dconn(dist_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(dist_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
-def dworkers(env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
-    with running_workers(env, tmp_path) as started:
-        yield started
 
 
 def status_of(conn: psycopg.Connection, task_id: int) -> str:

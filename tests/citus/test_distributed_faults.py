@@ -8,27 +8,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
-from tests.support.citus_cluster import CitusCluster, dbname_of
-from tests.support.worker_helpers import Workers, run_cli, running_workers, wait_until
+from tests.support.citus_cluster import CitusCluster
+from tests.support.worker_helpers import Workers, running_workers, wait_until
 
 APP = "tests.apps.distributed_app:app"
 TENANTS = [f"tenant-{i:02d}" for i in range(12)]
-
-
-@pytest.fixture
-def dist_dsn(citus: CitusCluster) -> Iterator[str]:
-    dsn = citus.new_database("pgsched_faults")
-    done = run_cli({**os.environ, "PGSCHED_DSN": dsn}, "migrate", "--distributed")
-    assert done.returncode == 0, done
-    yield dsn
-    citus.drop_database(dbname_of(dsn))
 
 
 class Producer(threading.Thread):

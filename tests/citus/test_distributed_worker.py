@@ -12,40 +12,17 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
-from tests.support.citus_cluster import CitusCluster, dbname_of
+from tests.support.citus_cluster import CitusCluster
 from tests.support.paths import REPO_ROOT
-from tests.support.worker_helpers import PGSCHED, Workers, run_cli, running_workers, wait_until
+from tests.support.worker_helpers import PGSCHED, Workers, run_cli, wait_until
 
 APP = "tests.apps.distributed_app:app"
 TENANTS = [f"tenant-{i}" for i in range(6)]
-
-
-@pytest.fixture
-def dist_dsn(citus: CitusCluster) -> Iterator[str]:
-    dsn = citus.new_database("pgsched_distworker")
-    done = run_cli({**os.environ, "PGSCHED_DSN": dsn}, "migrate", "--distributed")
-    assert done.returncode == 0, done
-    yield dsn
-    citus.drop_database(dbname_of(dsn))
-
-
-@pytest.fixture
-def dconn(dist_dsn: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(dist_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
-def dworkers(dist_dsn: str, tmp_path: Path) -> Iterator[Workers]:
-    with running_workers({**os.environ, "PGSCHED_DSN": dist_dsn}, tmp_path) as started:
-        yield started
 
 
 def schedule(conn: psycopg.Connection, task_type: str, tenants: list[str], **kw: Any) -> list[int]:
