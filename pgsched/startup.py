@@ -13,6 +13,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -64,15 +65,24 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+@dataclass(frozen=True)
+class ReachedDatabase:
+    """What start-up learnt from the database, on the one connection it waited for: a
+    process asks nothing more before its own connections, whose refusals it survives (a
+    second unguarded connect here ended a worker when the server's slots ran short)."""
+
+    distributed: bool
+
+
 def wait_for_current_schema(
     conninfo: str,
     process: str,
     stopped: Callable[[], bool] = lambda: False,
     *,
     distributed_refusal: str | None = None,
-) -> bool:
+) -> ReachedDatabase | None:
     """Wait until the database answers, then require its schema to be current. Returns
-    False if `stopped()` became true while waiting; raises SchemaMismatchError, also with
+    None if `stopped()` became true while waiting; raises SchemaMismatchError, also with
     `distributed_refusal` (what this process cannot do there) on a distributed database."""
     attempt = 0
     while not stopped():
@@ -102,18 +112,11 @@ def wait_for_current_schema(
                 attempt,
                 extra={"event": "database_back"},
             )
-        if distributed and distributed[0] and distributed_refusal:
+        is_distributed = bool(distributed and distributed[0])
+        if is_distributed and distributed_refusal:
             raise SchemaMismatchError(
                 f"{process} cannot run on this database: {distributed_refusal}"
             )
         log.debug("%s: schema version %d is current", process, version)
-        return True
-    return False
-
-
-def database_is_distributed(conninfo: str) -> bool:
-    """Whether the database at `conninfo` is in distributed mode (its tasks spread over
-    Citus worker nodes)."""
-    with connect(conninfo, autocommit=True) as conn:
-        row = conn.execute(query("database_is_distributed")).fetchone()
-    return bool(row and row[0])
+        return ReachedDatabase(distributed=is_distributed)
+    return None

@@ -37,7 +37,6 @@ from pgsched.observability.metrics import SweeperMetrics, WorkerMetrics
 from pgsched.recurring import arm_after_task
 from pgsched.startup import (
     HOT_TIER_NOT_DISTRIBUTED,
-    database_is_distributed,
     wait_for_current_schema,
 )
 from pgsched.sweeps import Sweeper, default_sweeps
@@ -192,15 +191,16 @@ class Worker:
         # Wait for the database, refuse a schema this pgsched does not match (raises).
         stopped = self._stop_requested.is_set
         refusal = HOT_TIER_NOT_DISTRIBUTED if self.config.hot_tier is not None else None
-        if not await asyncio.to_thread(
+        reached = await asyncio.to_thread(
             functools.partial(wait_for_current_schema, distributed_refusal=refusal),
             self.dsn,
             "worker",
             stopped,
-        ):
+        )
+        if reached is None:
             return False
         # Distributed mode: the lanes claim tenant by tenant (tenant_rotation.py).
-        self._distributed = await asyncio.to_thread(database_is_distributed, self.dsn)
+        self._distributed = reached.distributed
         if self._distributed:
             log.info("distributed database: claims go tenant by tenant")
         if in_process:

@@ -279,6 +279,49 @@ def test_too_few_connection_slots_start_with_what_is_there(
     assert "Traceback" not in w.log()
 
 
+def test_slots_taken_between_start_up_checks_do_not_stop_the_worker(
+    conn: psycopg.Connection, workers: Workers, db_dsn: str
+) -> None:
+    # One slot, held by another session nearly all the time. Start-up asked the database
+    # twice: once for its schema (retried while refused) and once more, unguarded, whether
+    # it is distributed. A refusal between the two ended the worker with "cannot reach the
+    # database" where it should have waited like the first.
+    with _role_with_slots(conn, db_dsn, 1) as (role, params):
+        stop = threading.Event()
+
+        def hog() -> None:
+            while not stop.is_set():
+                try:
+                    with psycopg.connect(**params, autocommit=True):
+                        time.sleep(0.03)
+                except psycopg.OperationalError:
+                    pass
+                time.sleep(0.001)
+
+        hogger = threading.Thread(target=hog, daemon=True)
+        hogger.start()
+        try:
+            workers.env = {
+                **workers.env,
+                "PGSCHED_DSN": make_conninfo(**params),
+                "PGUSER": params["user"],
+            }
+            w = workers.start("W1", app=APP, lease=3.0)
+            w.wait_log("too many connections for role")
+            time.sleep(8)
+            assert w.alive(), w.log()
+        finally:
+            stop.set()
+            hogger.join(5)
+        conn.execute(sql.SQL("ALTER ROLE {} CONNECTION LIMIT 10").format(sql.Identifier(role)))
+        task_id = schedule(conn, "quick")
+        final = wait_until(lambda: _all_done(conn, [task_id]), 30, what="the task done")
+        assert final == {task_id: "COMPLETED"}
+        assert "cannot reach the database:" not in w.log() and "Traceback" not in w.log()
+        w.send(signal.SIGTERM)
+        assert w.wait_exit(10) == 0
+
+
 def test_a_worker_with_no_plain_connection_lets_its_plain_tasks_go_soon(
     conn: psycopg.Connection,
     workers: Workers,
