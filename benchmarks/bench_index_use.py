@@ -601,9 +601,24 @@ def _counters(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         )
     }
     # The insert position: with synchronous_commit off the flush position can stand still
-    # through a whole phase. The WAL is flushed (checkpoint) before it is read back.
+    # through a whole phase. The WAL is flushed before it is read back (wal_of_phases).
     lsn = measure.one(conn, "SELECT pg_current_wal_insert_lsn()::text")
     return {"tables": tables, "indexes": indexes, "lsn": lsn}
+
+
+def wal_of_phases(
+    conn: psycopg.Connection[Any], bounds: list[tuple[str, str]]
+) -> list[dict[str, dict[str, Any]]]:
+    """wal_by_relation of each (start, end), after flushing the WAL: pg_walinspect reads
+    only flushed WAL, and with synchronous_commit off the flush lags the insert position.
+    A commit made with synchronous_commit on flushes everything before it, if it wrote
+    WAL itself (an xid alone is not enough): a transactional logical message is the
+    smallest such write. Not a CHECKPOINT: that removes the segments a long phase started
+    in ("requested WAL segment ... has already been removed")."""
+    with conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit = on")
+        conn.execute("SELECT pg_logical_emit_message(true, 'pgsched-bench', 'flush')")
+    return [wal_by_relation(conn, start, end) for start, end in bounds]
 
 
 def wal_by_relation(
@@ -681,10 +696,9 @@ def drain_phase(dsn: str, n: int, processes: int, keyed: bool) -> dict[str, Any]
             "SELECT count(*) FROM pgsched.tasks_finished WHERE task_type = 'noop'"
             " AND updated_at > now() - interval '1 hour'",
         )
-        # pg_walinspect reads only flushed WAL.
-        conn.execute("CHECKPOINT")
-        wal_schedule = wal_by_relation(conn, before["lsn"], scheduled["lsn"])
-        wal_drain = wal_by_relation(conn, scheduled["lsn"], after["lsn"])
+        wal_schedule, wal_drain = wal_of_phases(
+            conn, [(before["lsn"], scheduled["lsn"]), (scheduled["lsn"], after["lsn"])]
+        )
         totals = conn.execute(
             "SELECT %s::pg_lsn - %s::pg_lsn, %s::pg_lsn - %s::pg_lsn",
             (scheduled["lsn"], before["lsn"], after["lsn"], scheduled["lsn"]),
