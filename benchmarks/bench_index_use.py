@@ -238,6 +238,8 @@ def representative(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     )
     dead_id = first("SELECT max(id) FROM pgsched.tasks_done")
     schedule_id = first("SELECT max(id) FROM pgsched.schedules")
+    # The sweep leader reads the events since its last read: the newest hundred here.
+    recent_event = first("SELECT last_value - 100 FROM pgsched.task_events_id_seq")
     return {
         "task_type": "type_3",
         "tenant_id": "tenant_7",
@@ -256,6 +258,7 @@ def representative(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "error_class": None,
         "before_id": None,
         "after_id": None,
+        "after": recent_event,
         "task_ids": [finished_id],
         "scope": "tenant",
         "lease": LEASE,

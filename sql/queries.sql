@@ -1073,9 +1073,10 @@ CROSS JOIN (  -- noqa: ST05
 WHERE t.status = 'QUEUED' AND t.next_run_at > now();
 
 -- name: workflow_events_last
--- Where the sweep leader's count of workflow transitions starts: the newest event now.
-SELECT coalesce(max(e.id), 0) AS last_id
-FROM pgsched.task_events AS e;
+-- Where the sweep leader's count of workflow transitions starts: the newest event id
+-- handed out (events' ids are read by a BRIN index, which cannot give a maximum).
+SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END AS last_id
+FROM pgsched.task_events_id_seq AS s;
 
 -- name: workflow_events_since
 -- The workflow transitions written since event `after` (the sweep leader's last read):

@@ -100,7 +100,12 @@ def test_upgrade_from_v33_equals_a_fresh_install(
         return set(re.findall(r"\n-- Name: ([^(;]+)", text))
 
     assert {"tasks", "schedule_task", "task_claim_many"} <= names(before)
-    assert names(before) <= names(after), "the upgrade lost a v33 object"
+    # Migration 0050 drops task_events' primary key (a BRIN on id reads the same range) on
+    # every partition, and makes tasks_finished_updated_idx again as a BRIN, whose
+    # partitions' indexes take the names Postgres gives them.
+    gone = re.compile(r"(^|\s)task_events\w*_pkey$|^tasks_finished\w*_updated_idx$")
+    dropped_on_purpose = {name for name in names(before) if gone.search(name)}
+    assert names(before) - dropped_on_purpose <= names(after), "the upgrade lost a v33 object"
     assert migrate(old).applied == []
 
 
