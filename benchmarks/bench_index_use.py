@@ -53,6 +53,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -617,7 +618,8 @@ def wal_of_phases(
     A commit made with synchronous_commit on flushes everything before it, if it wrote
     WAL itself (an xid alone is not enough): a transactional logical message is the
     smallest such write. Not a CHECKPOINT: that removes the segments a long phase started
-    in ("requested WAL segment ... has already been removed")."""
+    in ("requested WAL segment ... has already been removed"); holding_wal keeps it
+    from the other checkpoints."""
     with conn.transaction():
         conn.execute("SET LOCAL synchronous_commit = on")
         conn.execute("SELECT pg_logical_emit_message(true, 'pgsched-bench', 'flush')")
@@ -665,12 +667,32 @@ def wal_by_relation(
     return out
 
 
+@contextmanager
+def holding_wal(dsn: str) -> Iterator[None]:
+    """Keeps the WAL written from now until the block ends: a temporary physical
+    replication slot, reserved at once. Without it any checkpoint of the phase (a
+    CHECKPOINT, a database dropped by someone else) may remove the segment the phase began
+    in before it is read back."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_create_physical_replication_slot("
+            " 'pgsched_bench_' || pg_backend_pid(), true, true)"
+        )
+        yield
+
+
 def drain_phase(dsn: str, n: int, processes: int, keyed: bool) -> dict[str, Any]:
     """n tasks due now scheduled, then drained; counters around each step."""
-    tag = "keyed" if keyed else "plain"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         conn.execute("CHECKPOINT")
+    with holding_wal(dsn):
+        return _drain_phase(dsn, n, processes, keyed)
+
+
+def _drain_phase(dsn: str, n: int, processes: int, keyed: bool) -> dict[str, Any]:
+    tag = "keyed" if keyed else "plain"
+    with psycopg.connect(dsn, autocommit=True) as conn:
         before = _counters(conn)
     schedule_s = measure.schedule_due_now(dsn, n, "noop", keyed=keyed)
     # schedule_due_now's keys are bench-<i>: a second keyed phase would find them taken.

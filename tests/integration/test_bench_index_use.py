@@ -74,7 +74,8 @@ def test_index_use_smoke(db_dsn: str, tmp_path: Path) -> None:
     # The BRIN indexes on ranges growing with insertion order (migration 0050) take none.
     assert by_index["task_events_id_idx"]["drain_insertions"].get("plain", 0) == 0
     assert by_index["tasks_finished_updated_idx"]["drain_insertions"].get("plain", 0) == 0
-    assert "dashboard_throughput" in by_index["tasks_finished_updated_idx"]["used_by"]
+    # Which statements read them shows at scale: at this size the planner reads the small
+    # tables whole (test_event_count_plans and test_dashboard_plans check the plans).
     assert by_index["tasks_hot_claim_idx"]["schedule_insertions"]["plain"] == pytest.approx(
         1.0, abs=0.05
     )
@@ -105,10 +106,11 @@ def test_wal_is_read_between_positions_written_with_synchronous_commit_off(db_ds
 def test_wal_of_a_phase_spanning_segments_is_still_there_to_read(db_dsn: str) -> None:
     # A phase of 10,000 tasks writes several WAL segments. Flushing by CHECKPOINT removed
     # the segment the phase started in, and reading it back failed ("requested WAL segment
-    # ... has already been removed").
+    # ... has already been removed"); so could any other checkpoint meanwhile (here: the
+    # test server's databases dropped by other tests), until the phase held its WAL.
     import psycopg
 
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
+    with bench_index_use.holding_wal(db_dsn), psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         conn.execute("SET synchronous_commit = off")
         conn.execute("CHECKPOINT")
@@ -118,6 +120,8 @@ def test_wal_of_a_phase_spanning_segments_is_still_there_to_read(db_dsn: str) ->
             conn.execute("SELECT pg_switch_wal()")
             conn.execute("SELECT pgsched.schedule_task('noop', '{}'::jsonb, now())")
         there = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
+        # What the other checkpoints do, at the worst moment.
+        conn.execute("CHECKPOINT")
         [wal] = bench_index_use.wal_of_phases(conn, [(here, there)])
     inserts = sum(n for kind, n in wal["tasks_hot"]["records"].items() if "INSERT" in kind)
     assert inserts == 4
