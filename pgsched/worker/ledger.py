@@ -62,7 +62,11 @@ class LedgerWriter:
             # Stopping: nobody will write what is left; let its waiters carry on.
             for _, _, done in self._pending:
                 if not done.done():
-                    done.set_exception(RuntimeError("the ledger writer stopped"))
+                    done.set_exception(self._stopped())
+
+    @staticmethod
+    def _stopped() -> RuntimeError:
+        return RuntimeError("the ledger writer stopped")
 
     async def _write(self, batch: list[tuple[int, Any, asyncio.Future[bool]]]) -> None:
         params = {
@@ -73,10 +77,16 @@ class LedgerWriter:
             async with self._pool.connection() as conn:
                 cur = await conn.execute(query("work_record_done_many"), params)
                 recorded: dict[int, bool] = dict(await cur.fetchall())
-        except Exception as exc:  # every waiter hears of it and carries on
+        except BaseException as exc:
+            # Every waiter hears of it and carries on; of a cancel too (the writer stopping
+            # mid-write): the batch has left _pending, so nothing else would answer them
+            # and a task waiting for its entry would wait for good.
+            failure = exc if isinstance(exc, Exception) else self._stopped()
             for _, _, done in batch:
                 if not done.done():
-                    done.set_exception(exc)
+                    done.set_exception(failure)
+            if failure is not exc:
+                raise
             return
         for task_id, _, done in batch:
             if not done.done():

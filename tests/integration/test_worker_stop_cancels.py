@@ -254,15 +254,20 @@ def test_the_ledger_writer_cancelled_as_the_pool_hands_it_a_connection_stops(
                 running = asyncio.create_task(writer.run())
                 if not await cancelled_at_hand_over(pool, held, running, steps):
                     ran_on.append(steps)
+                # The task waiting for its entry hears back whenever the cancel lands: a
+                # cancel mid-write left its batch unanswered, and it waited for good.
                 await asyncio.wait({recording}, timeout=ENDS_WITHIN)
                 if recording.done() and not recording.cancelled():
                     recording.exception()  # read: no "never retrieved" warning
                 else:
                     recording.cancel()
+                    unanswered.append(steps)
         return ran_on
 
+    unanswered: list[int] = []
     ran_on = asyncio.run(scenario())
     assert not ran_on, f"the ledger writer ran on after a cancel {ran_on} steps after hand-over"
+    assert not unanswered, f"a waiter never heard back after a cancel {unanswered} steps in"
 
 
 def test_the_lease_rescue_loop_cancelled_as_the_pool_hands_it_a_connection_stops(
