@@ -416,15 +416,13 @@ class Sweeper:
         waited for."""
         # The Redis hot tier's mirror (pgsched/hot_tier/mirror.py) cannot run there yet.
         mirrors = any(sweep.name == "redis_mirror" for sweep in self.sweeps)
-        if (
-            wait_for_current_schema(
-                self.dsn,
-                "sweeper",
-                self._stop.is_set,
-                distributed_refusal=HOT_TIER_NOT_DISTRIBUTED if mirrors else None,
-            )
-            is None
-        ):
+        reached = wait_for_current_schema(
+            self.dsn,
+            "sweeper",
+            self._stop.is_set,
+            distributed_refusal=HOT_TIER_NOT_DISTRIBUTED if mirrors else None,
+        )
+        if reached is None:
             return
         attempt = 0
         while not self._stop.is_set():

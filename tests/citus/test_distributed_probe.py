@@ -10,7 +10,6 @@ the module, each test with tenants of its own.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +19,7 @@ import pytest
 from psycopg import errors
 
 from tests.support.citus_cluster import CitusCluster, CitusNode, dbname_of
-from tests.support.paths import REPO_ROOT
-from tests.support.worker_helpers import PGSCHED
+from tests.support.worker_helpers import run_cli
 
 PROBE_SQL = Path(__file__).with_name("distributed_probe.sql")
 
@@ -33,14 +31,7 @@ NODE_RANGE_START = 2**48
 @pytest.fixture(scope="module")
 def probe_dsn(citus: CitusCluster) -> Iterator[str]:
     dsn = citus.new_database("pgsched_probe")
-    done = subprocess.run(
-        [PGSCHED, "migrate"],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PGSCHED_DSN": dsn},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli({**os.environ, "PGSCHED_DSN": dsn}, "migrate", timeout=300)
     assert done.returncode == 0, f"pgsched migrate failed:\n{done.stdout}\n{done.stderr}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(PROBE_SQL.read_text())
