@@ -43,6 +43,16 @@ What is reported (a table, and JSON):
   lock waits     every 50 ms, the workers' backends waiting on a lock (pg_stat_activity
                  wait_event_type = 'Lock'), and who blocks them (pg_blocking_pids): a
                  claim blocked by the sweeper's promotion shows here; target: none
+  WAL            written from the sweeper's start to the last completion, and per task;
+                 whether the run wrote into recycled segments (below)
+
+The WAL. A freshly made cluster has no WAL segment to reuse, so every 16 MB the run writes,
+a backend creates the next segment (16 MB of zeros, synced) holding the WAL write lock,
+and every commit, the HIGH producer's included, waits meanwhile. A server that has carried
+such a burst before reuses old segments (kept at each checkpoint, up to min_wal_size). So,
+by default, the throwaway cluster first writes and recycles about the WAL the run will
+write (PgServer.recycle_wal; WAL_PER_TASK below, at most 4 GB): the figures are a server's
+that has run before. --fresh-wal skips that: the figures of a first burst on a new cluster.
 
 Without --dsn a throwaway, durable cluster is started (benchmarks/pgserver.py), with
 pg_stat_statements preloaded and log_min_duration_statement = 50ms. With --dsn (a
@@ -77,6 +87,9 @@ SEED_RATE = 20_000  # tasks/s the seeding is expected to reach at least
 TARGET_LAST_START_S = 50.0
 TARGET_HIGH_P99_MS = 25.0
 TARGET_CLAIM_MS = 50.0
+# WAL a task of the burst writes, about (seeding, promotion, claim, completion, events):
+# measured 3.0-3.3 kB; the run reports its own.
+WAL_PER_TASK = 4096
 
 BURST_SETTINGS = (
     *DEFAULT_SETTINGS,
@@ -242,6 +255,7 @@ def run(
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         db_start: datetime = measure.one(conn, "SELECT clock_timestamp()")
         cold_before = measure.one(conn, "SELECT count(*) FROM pgsched.tasks_cold")
+        wal_before_seed = measure.one(conn, "SELECT pg_current_wal_insert_lsn()")
     due = db_start + timedelta(seconds=lead + n / SEED_RATE)
     # Default flags: only the app and the log level are given (every lane runs).
     workers = measure.Procs(
@@ -269,6 +283,7 @@ def run(
             if statements:
                 conn.execute("SELECT pg_stat_statements_reset()")
             seq_start = events_seq(conn)
+            wal_start = measure.one(conn, "SELECT pg_current_wal_insert_lsn()")
         measure.note(f"seeded in {seed_s:.1f} s ({n / seed_s:,.0f}/s); {cold:,} in tasks_cold")
         if cold != n:
             raise RuntimeError(f"{n - cold:,} of the tasks did not go to the cold tier")
@@ -290,6 +305,7 @@ def run(
         # by three per task (promoted, claimed, completed), then by the exact count.
         need = 3 * n
         deadline = time.monotonic() + slack + cap_s
+        wal_end = None
         done = 0
         promoted_at: datetime | None = None
         drain_meter: measure.CpuMeter | None = None
@@ -326,9 +342,12 @@ def run(
                         )
                     )
                     if done >= n:
+                        wal_end = measure.one(conn, "SELECT pg_current_wal_insert_lsn()")
                         break
                 time.sleep(1.0)
         result["finished"] = done >= n
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            result["wal"] = wal_written(conn, n, wal_before_seed, wal_start, wal_end)
         # Cores used from the sweeper's start to the last completion: the workers, the
         # server, and everything else on the machine (the producer, the samplers, others).
         result["cpu"] = meter.end()
@@ -395,6 +414,25 @@ def run(
     }
     result["slow_claims_logged"] = slow_claims(server_log) if server_log else None
     return result
+
+
+def wal_written(
+    conn: psycopg.Connection[Any], n: int, before_seed: str, seeded: str, end: str | None
+) -> dict[str, Any]:
+    """WAL bytes of the seeding and of the run (the sweeper's start to the last
+    completion), and per task of the million."""
+
+    def diff(a: str, b: str | None) -> int | None:
+        if b is None:
+            return None
+        return int(measure.one(conn, "SELECT pg_wal_lsn_diff(%s, %s)", (b, a)))
+
+    seeding, run = diff(before_seed, seeded), diff(seeded, end)
+    return {
+        "seeding_bytes": seeding,
+        "run_bytes": run,
+        "per_task_bytes": round((seeding + run) / n) if seeding is not None and run else None,
+    }
 
 
 def burst_figures(conn: psycopg.Connection[Any], due: datetime) -> dict[str, Any]:
@@ -542,6 +580,11 @@ def table(r: dict[str, Any]) -> str:
     rss = max(r["worker_vmhwm_mib"].values(), default=None)
     drain = r.get("cpu_drain") or {}
     last = r["last_start_after_due_s"]
+    wal = r.get("wal") or {}
+
+    def mb(v: int | None) -> str:
+        return "n/a" if v is None else f"{v / 1e6:,.0f}"
+
     rows = [
         ("tasks due in the same second", f"{r['tasks']:,}", ""),
         (
@@ -594,6 +637,19 @@ def table(r: dict[str, Any]) -> str:
         ),
         ("worker memory (peak RSS, VmHWM)", s(rss, "MiB"), "largest of the processes"),
         (
+            "WAL written: seeding + run, per task",
+            "{} + {} MB, {} B".format(
+                mb(wal.get("seeding_bytes")), mb(wal.get("run_bytes")), wal.get("per_task_bytes")
+            ),
+            (
+                "into {:,} MB recycled beforehand".format(r["wal_recycled_mb"])
+                if r.get("wal_recycled_mb")
+                else "fresh cluster: every segment made during the run"
+                if r.get("wal_recycled_mb") == 0
+                else "the server given (--dsn)"
+            ),
+        ),
+        (
             "a worker waiting on a lock",
             f"{locks['samples_with_a_worker_waiting']} of {locks['samples']} samples",
             "blocked by: " + (", ".join(locks["blocked_by"]) or "nobody"),
@@ -602,6 +658,12 @@ def table(r: dict[str, Any]) -> str:
     out = ["| figure | value | note |", "|---|---:|---|"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(out)
+
+
+def wal_to_recycle_mb(tasks: int) -> int:
+    """About the WAL a burst of `tasks` writes, in MB: at least 64, at most 4,096 (the
+    benchmark cluster's min_wal_size)."""
+    return max(64, min(4096, -(-tasks * WAL_PER_TASK // (1 << 20))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -616,12 +678,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--cap", type=float, default=900.0, help="s after due to give up (900)")
     parser.add_argument("--dsn", default=None, help="an empty database (a superuser's connection)")
+    parser.add_argument(
+        "--fresh-wal",
+        action="store_true",
+        help="do not recycle WAL first: a first burst on a new cluster (see the docstring)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     if args.tasks < 100 or args.high_rate <= 0 or args.processes < 1 or args.lead < 10:
         parser.error("--tasks >= 100, --high-rate > 0, --processes >= 1, --lead >= 10")
     load = measure.loadavg()
     server: PgServer | None = None
+    recycled_mb: int | None = None
     if args.dsn:
         from pgsched.migrations import migrate
 
@@ -631,6 +699,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = PgServer(settings=BURST_SETTINGS)
         server.start()
         dsn = measure.pgsched_database(server, "bench")
+        recycled_mb = 0 if args.fresh_wal else wal_to_recycle_mb(args.tasks)
+        if recycled_mb:
+            server.recycle_wal(recycled_mb)
     try:
         result = run(
             dsn,
@@ -641,6 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.cap,
             server.logfile if server else None,
         )
+        result["wal_recycled_mb"] = recycled_mb
     finally:
         if server is not None:
             server.stop()

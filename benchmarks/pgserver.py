@@ -48,6 +48,11 @@ DEFAULT_SETTINGS: tuple[Setting, ...] = (
     Setting("shared_buffers", "2GB", "about 1/12 of 24 GiB; the OS cache holds the rest"),
     Setting("effective_cache_size", "16GB", "planner hint: most of the 24 GiB caches data"),
     Setting("max_wal_size", "8GB", "a bulk load of millions of rows does not force checkpoints"),
+    Setting(
+        "min_wal_size",
+        "4GB",
+        "up to 4 GB of used WAL segments are kept and reused, not made anew (recycle_wal)",
+    ),
     Setting("checkpoint_timeout", "30min", "fewer checkpoints, so fewer full-page images"),
     Setting("wal_compression", "on", "full-page images are compressed: less WAL to write"),
     Setting("wal_buffers", "64MB", "large multi-row inserts do not stall on a full WAL buffer"),
@@ -166,6 +171,35 @@ class PgServer:
         if self.verbose:
             print(f"postgres: started in {self.base} on 127.0.0.1:{self.port}")
         return self.dsn
+
+    def recycle_wal(self, mb: int) -> int:
+        """Fill about `mb` MB of WAL and checkpoint, so the run after writes into recycled
+        segments; returns the segments now in pg_wal.
+
+        A fresh cluster has no segment to reuse: every 16 MB a run writes, one backend
+        creates the next segment (writes 16 MB of zeros and syncs them) while holding the
+        WAL write lock, and every commit waits meanwhile. A server that has carried such a
+        load before renames old segments instead (kept at each checkpoint, up to
+        min_wal_size). Measured in the burst (benchmarks/RESULTS.md): the fresh cluster's
+        segment creation was most of HIGH's lateness p99 while the million drained."""
+        assert self.base is not None and self.port is not None, "server not started"
+        admin = f"postgresql://{self.role}@127.0.0.1:{self.port}/postgres"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                "SELECT count(pg_logical_emit_message(false, 'pgsched-bench',"
+                " repeat('x', 1 << 20))) FROM generate_series(1, %s)",
+                (mb,),
+            )
+            # The first checkpoint's redo point is before the filler; after a switch the
+            # second one's is past it, so every filled segment is old and recycled.
+            conn.execute("CHECKPOINT")
+            conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+            row = conn.execute("SELECT count(*) FROM pg_ls_waldir()").fetchone()
+        segments = int(row[0]) if row else 0
+        if self.verbose:
+            print(f"postgres: {mb:,} MB of WAL written and recycled: {segments} segments ready")
+        return segments
 
     def stop(self) -> None:
         """Stop the server (if running) and delete its directory."""

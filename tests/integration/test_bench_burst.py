@@ -55,6 +55,11 @@ def test_burst_smoke(db_dsn: str, tmp_path: Path) -> None:
     assert all(mib > 0 for mib in r["worker_vmhwm_mib"].values())
     assert len(r["worker_vmhwm_mib"]) == 2
     assert "| last of them started, after due |" in document["markdown"]
+    # The WAL of the seeding and of the run, and a burst task's share of it.
+    assert r["wal"]["seeding_bytes"] > 0 and r["wal"]["run_bytes"] > 0
+    assert 0 < r["wal"]["per_task_bytes"] < 100_000
+    assert r["wal_recycled_mb"] is None  # the server given: nothing recycled first
+    assert "| WAL written: seeding + run, per task |" in document["markdown"]
     with psycopg.connect(db_dsn) as conn:
         left = conn.execute(
             "SELECT count(*) FROM pgsched.tasks WHERE task_type = 'burst' AND status <> 'COMPLETED'"
