@@ -51,7 +51,7 @@ a backend creates the next segment (16 MB of zeros, synced) holding the WAL writ
 and every commit, the HIGH producer's included, waits meanwhile. A server that has carried
 such a burst before reuses old segments (kept at each checkpoint, up to min_wal_size). So,
 by default, the throwaway cluster first writes and recycles about the WAL the run will
-write (PgServer.recycle_wal; WAL_PER_TASK below, at most 4 GB): the figures are a server's
+write (PgServer.recycle_wal; measure.WAL_PER_TASK a task, at most 4 GB): the figures are a server's
 that has run before. --fresh-wal skips that: the figures of a first burst on a new cluster.
 
 Without --dsn a throwaway, durable cluster is started (benchmarks/pgserver.py), with
@@ -87,9 +87,6 @@ SEED_RATE = 20_000  # tasks/s the seeding is expected to reach at least
 TARGET_LAST_START_S = 50.0
 TARGET_HIGH_P99_MS = 25.0
 TARGET_CLAIM_MS = 50.0
-# WAL a task of the burst writes, about (seeding, promotion, claim, completion, events):
-# measured 3.0-3.3 kB; the run reports its own.
-WAL_PER_TASK = 4096
 
 BURST_SETTINGS = (
     *DEFAULT_SETTINGS,
@@ -660,12 +657,6 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def wal_to_recycle_mb(tasks: int) -> int:
-    """About the WAL a burst of `tasks` writes, in MB: at least 64, at most 4,096 (the
-    benchmark cluster's min_wal_size)."""
-    return max(64, min(4096, -(-tasks * WAL_PER_TASK // (1 << 20))))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_burst", description=__doc__.split("\n\n")[0]
@@ -699,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = PgServer(settings=BURST_SETTINGS)
         server.start()
         dsn = measure.pgsched_database(server, "bench")
-        recycled_mb = 0 if args.fresh_wal else wal_to_recycle_mb(args.tasks)
+        recycled_mb = 0 if args.fresh_wal else measure.wal_to_recycle_mb(args.tasks)
         if recycled_mb:
             server.recycle_wal(recycled_mb)
     try:

@@ -16,7 +16,9 @@ With --sweep, each rate is run twice, with the worker's default flags and with t
 ones (--batch-size 500 --concurrency 500), and the plot benchmarks/plots/lateness_vs_rate.png
 shows p50 / p99 / max of each against the offered rate.
 
-Without --dsn a throwaway, durable Postgres cluster is started (benchmarks/pgserver.py).
+Without --dsn a throwaway, durable Postgres cluster is started (benchmarks/pgserver.py),
+with about the WAL the run writes already written and recycled (--fresh-wal: not), as on a
+server that has run before.
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--plot", type=Path, default=PLOT, help="where --sweep's plot goes")
     parser.add_argument("--dsn", default=None, help="benchmark this database instead")
+    parser.add_argument(
+        "--fresh-wal",
+        action="store_true",
+        help="do not recycle WAL first (measure.start_server): segments made during the run",
+    )
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "lateness.json")
     args = parser.parse_args(argv)
     plan = suite.Plan.quick_plan() if args.quick else suite.Plan.full()
@@ -102,7 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("tuned", TUNED[0], TUNED[1], extra),
         ]
     runs = []
-    with measure.database(args.dsn) as dsn:
+    scheduled = int(sum(rates) * duration * len(configs))
+    recycled_mb = 0 if args.fresh_wal or args.dsn else measure.wal_to_recycle_mb(scheduled)
+    with measure.database(args.dsn, recycled_mb) as dsn:
         for rate in rates:
             for label, batch_size, concurrency, flags in configs:
                 measure.step(f"lateness at {rate:,}/s for {duration:g}s ({label})")
@@ -128,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "benchmark": "lateness",
             "command": " ".join(["python -m benchmarks.bench_lateness", *(argv or sys.argv[1:])]),
             "machine": measure.machine_info(),
+            "wal_recycled_mb": recycled_mb,
             "results": runs,
         },
     )

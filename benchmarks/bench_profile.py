@@ -309,6 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--fairness-off", action="store_true", help="NORMAL's claims in plain order (not fair)"
     )
     parser.add_argument("--dsn", default=None, help="a server preloading pg_stat_statements")
+    parser.add_argument(
+        "--fresh-wal",
+        action="store_true",
+        help="do not recycle WAL first (PgServer.recycle_wal): segments made during the run",
+    )
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "profile.json")
     args = parser.parse_args(argv)
     if args.py_spy and not py_spy_exe().exists():
@@ -318,10 +323,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = ["backlog", "steady"] if args.mode == "both" else [args.mode]
     server = None
     dsn = args.dsn
+    recycled_mb = None
     if dsn is None:
         server = PgServer(settings=PROFILE_SETTINGS)
         server.start()
         dsn = measure.pgsched_database(server, "bench")
+        profiled = (args.tasks if "backlog" in modes else 0) + (
+            int(args.rate * args.duration) if "steady" in modes else 0
+        )
+        recycled_mb = 0 if args.fresh_wal else measure.wal_to_recycle_mb(profiled)
+        if recycled_mb:
+            server.recycle_wal(recycled_mb)
     runs = []
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -342,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "benchmark": "profile",
             "command": " ".join(["python -m benchmarks.bench_profile", *(argv or sys.argv[1:])]),
             "machine": measure.machine_info(),
+            "wal_recycled_mb": recycled_mb,
             "results": runs,
         },
     )

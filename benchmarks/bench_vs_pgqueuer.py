@@ -17,6 +17,11 @@ after the last task left out); the whole run of the processes is shown beside it
 What each writes per task differs (benchmarks/peers.py): pgsched keeps the task row (moved
 to the done tier) and two task_events rows; PGQueuer deletes the job and writes three
 pgqueuer_log rows.
+
+The server first writes and recycles about the WAL the run will write (at most 4 GB;
+--fresh-wal skips it), so both systems write into reused segments, as on a server that has
+run before, not into 16 MB segments made (zero-filled and synced) during their drains
+(benchmarks/pgserver.py, PgServer.recycle_wal).
 """
 
 from __future__ import annotations
@@ -84,10 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DRIVER:PROCS:MANAGERS:BATCH",
         help="only these PGQueuer settings (repeatable; default: all 24)",
     )
+    parser.add_argument(
+        "--fresh-wal",
+        action="store_true",
+        help="do not recycle WAL first (measure.start_server): segments made during the run",
+    )
     parser.add_argument("--out", type=Path, default=measure.RESULTS / "vs_pgqueuer.json")
     args = parser.parse_args(argv)
     pgq_settings = args.pgqueuer or PGQ_SETTINGS
-    server = measure.start_server()
+    drained = args.tasks * args.rounds * (len(pgsched_settings()) + len(pgq_settings))
+    recycled_mb = 0 if args.fresh_wal else measure.wal_to_recycle_mb(drained)
+    server = measure.start_server(recycled_mb)
     pgq = peers.PgQueuer()
     runs: list[dict[str, Any]] = []
     try:
@@ -147,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": " ".join([f"python -m {__spec__.name}", *(argv or sys.argv[1:])]),
             "machine": measure.machine_info(),
             "tasks": args.tasks,
+            "wal_recycled_mb": recycled_mb,
             "best": {"pgsched": ours, "PGQueuer": theirs, "ratio": ratio},
             "results": runs,
         },

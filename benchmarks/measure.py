@@ -59,9 +59,25 @@ def note(message: str) -> None:
 # the server and its databases
 
 
-def start_server() -> PgServer:
+# WAL a task writes in a benchmark, at most (scheduling, promotion, claim, completion,
+# events: the burst measured 3.2 kB); what recycle_wal is sized by.
+WAL_PER_TASK = 4096
+
+
+def wal_to_recycle_mb(tasks: int) -> int:
+    """About the WAL `tasks` tasks write, in MB: at least 64, at most 4,096 (the benchmark
+    cluster's min_wal_size, what a checkpoint keeps for reuse)."""
+    return max(64, min(4096, -(-tasks * WAL_PER_TASK // (1 << 20))))
+
+
+def start_server(recycle_wal_mb: int = 0) -> PgServer:
+    """A throwaway durable cluster; with `recycle_wal_mb`, that much WAL already written
+    and recycled (PgServer.recycle_wal: the run writes into reused segments, as a server
+    that has run before does, not into segments made during it)."""
     server = PgServer()
     server.start()
+    if recycle_wal_mb:
+        server.recycle_wal(recycle_wal_mb)
     return server
 
 
@@ -78,16 +94,17 @@ def create_database(server: PgServer, dbname: str) -> str:
 
 
 @contextlib.contextmanager
-def database(dsn: str | None) -> Iterator[str]:
+def database(dsn: str | None, recycle_wal_mb: int = 0) -> Iterator[str]:
     """For a script run on its own: the given database, or one on a throwaway server
-    started for the run (and removed after it); migrated either way."""
+    started for the run (and removed after it; `recycle_wal_mb` as start_server);
+    migrated either way."""
     from pgsched.migrations import migrate
 
     if dsn:
         migrate(dsn)
         yield dsn
         return
-    server = start_server()
+    server = start_server(recycle_wal_mb)
     try:
         yield pgsched_database(server, "bench")
     finally:
