@@ -57,6 +57,7 @@ from pgsched.worker.lane_engine import (
 )
 from pgsched.worker.leases import LeaseKeeper
 from pgsched.worker.services import Service
+from pgsched.worker.thread_switching import shorten_thread_switch_interval
 from pgsched.worker.threads import LaneThreadPool
 
 log = logging.getLogger("pgsched.worker")
@@ -179,6 +180,7 @@ class Worker:
         loop = self._loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
         tune_gc_for_throughput()
+        shorten_thread_switch_interval()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)

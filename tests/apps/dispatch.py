@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -115,6 +116,12 @@ async def fn_async(ctx: TaskContext) -> None:
 @app.handler("fn_sync")
 def fn_sync(ctx: TaskContext) -> None:
     record(ctx, "execute")
+
+
+@app.handler("switch_interval")
+async def switch_interval(ctx: TaskContext) -> None:
+    """Records the worker process' thread switch interval."""
+    await arecord(ctx, "execute", repr(sys.getswitchinterval()))
 
 
 # -- 2. validate refuses ----------------------------------------------------------------

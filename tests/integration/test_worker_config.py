@@ -1,14 +1,24 @@
 """The worker command refuses a bad option as a user meets it (exit 2, the option named, no
-traceback); the garbage-collector tuning runs in the worker process with its settings."""
+traceback); the garbage-collector tuning runs in the worker process with its settings; a
+running worker passes the interpreter between its threads every millisecond."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import psycopg
 import pytest
 
-from tests.support.worker_helpers import run_cli
+from tests.support.worker_helpers import (
+    create_test_tables,
+    run_cli,
+    running_workers,
+    schedule,
+    steps,
+    wait_until,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,3 +55,16 @@ def test_gc_tuning_is_one_named_function_with_the_worker_settings() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "(20000, 20, 100) True"
+
+
+def test_a_running_worker_switches_threads_every_millisecond(
+    db_env: dict[str, str], tmp_path: Path, conn: psycopg.Connection
+) -> None:
+    create_test_tables(conn)
+    with running_workers(db_env, tmp_path) as workers:
+        worker = workers.start("switching", app="tests.apps.dispatch:app")
+        worker.wait_running()
+        task_id = schedule(conn, "switch_interval")
+        wait_until(lambda: steps(conn, task_id), 20, what="the handler to run")
+    # The handler ran in the worker process: its interval, not CPython's 0.005.
+    assert [s["detail"] for s in steps(conn, task_id)] == ["0.001"]
