@@ -302,7 +302,7 @@ def run(
         # by three per task (promoted, claimed, completed), then by the exact count.
         need = 3 * n
         deadline = time.monotonic() + slack + cap_s
-        wal_end = None
+        wal_end: str | None = None
         done = 0
         promoted_at: datetime | None = None
         drain_meter: measure.CpuMeter | None = None
@@ -342,9 +342,8 @@ def run(
                         wal_end = measure.one(conn, "SELECT pg_current_wal_insert_lsn()")
                         break
                 time.sleep(1.0)
-        result["finished"] = done >= n
-        with psycopg.connect(dsn, autocommit=True) as conn:
             result["wal"] = wal_written(conn, n, wal_before_seed, wal_start, wal_end)
+        result["finished"] = done >= n
         # Cores used from the sweeper's start to the last completion: the workers, the
         # server, and everything else on the machine (the producer, the samplers, others).
         result["cpu"] = meter.end()
@@ -687,12 +686,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         migrate(args.dsn)
         dsn = args.dsn
     else:
-        server = PgServer(settings=BURST_SETTINGS)
-        server.start()
-        dsn = measure.pgsched_database(server, "bench")
         recycled_mb = 0 if args.fresh_wal else measure.wal_to_recycle_mb(args.tasks)
-        if recycled_mb:
-            server.recycle_wal(recycled_mb)
+        server = measure.start_server(recycled_mb, BURST_SETTINGS)
+        dsn = measure.pgsched_database(server, "bench")
     try:
         result = run(
             dsn,

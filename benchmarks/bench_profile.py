@@ -47,7 +47,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import measure
-from benchmarks.pgserver import DEFAULT_SETTINGS, PgServer, Setting
+from benchmarks.pgserver import DEFAULT_SETTINGS, Setting
 
 PROFILE_SETTINGS = (
     *DEFAULT_SETTINGS,
@@ -325,15 +325,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     dsn = args.dsn
     recycled_mb = None
     if dsn is None:
-        server = PgServer(settings=PROFILE_SETTINGS)
-        server.start()
-        dsn = measure.pgsched_database(server, "bench")
         profiled = (args.tasks if "backlog" in modes else 0) + (
             int(args.rate * args.duration) if "steady" in modes else 0
         )
         recycled_mb = 0 if args.fresh_wal else measure.wal_to_recycle_mb(profiled)
-        if recycled_mb:
-            server.recycle_wal(recycled_mb)
+        server = measure.start_server(recycled_mb, PROFILE_SETTINGS)
+        dsn = measure.pgsched_database(server, "bench")
     runs = []
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.pgserver import PgServer
+from benchmarks.pgserver import DEFAULT_SETTINGS, PgServer, Setting
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -70,11 +70,13 @@ def wal_to_recycle_mb(tasks: int) -> int:
     return max(64, min(4096, -(-tasks * WAL_PER_TASK // (1 << 20))))
 
 
-def start_server(recycle_wal_mb: int = 0) -> PgServer:
+def start_server(
+    recycle_wal_mb: int = 0, settings: tuple[Setting, ...] = DEFAULT_SETTINGS
+) -> PgServer:
     """A throwaway durable cluster; with `recycle_wal_mb`, that much WAL already written
     and recycled (PgServer.recycle_wal: the run writes into reused segments, as a server
     that has run before does, not into segments made during it)."""
-    server = PgServer()
+    server = PgServer(settings=settings)
     server.start()
     if recycle_wal_mb:
         server.recycle_wal(recycle_wal_mb)
