@@ -2,8 +2,11 @@
 
 noop        async, does nothing: measures the engine, not the handler
 noop_sync   plain def, does nothing: adds the thread-pool hop that sync handlers take
-noop_sync_timeout  plain def with a timeout, does nothing: runs in a handler process
 sleep       async, sleeps payload['seconds']: holds a slot (the limits benchmark)
+
+No handler here runs in a handler process: one would make every benchmark worker start a
+fork server that imports this app while the drain runs, 0.3 s of CPU a worker outside the
+measured processes (bench_isolation_cost has its own app for handler processes).
 """
 
 from __future__ import annotations
@@ -23,11 +26,6 @@ async def noop(ctx: TaskContext) -> None:
 
 @app.handler("noop_sync")
 def noop_sync(ctx: TaskContext) -> None:
-    return None
-
-
-@app.handler("noop_sync_timeout", timeout=60)
-def noop_sync_timeout(ctx: TaskContext) -> None:
     return None
 
 
