@@ -251,7 +251,8 @@ def parse_lanes(text: str) -> tuple[Lane, ...]:
     type=float,
     default=0.005,
     show_default=True,
-    help="Outcomes wait at most this long (s) for others to share their completion statement.",
+    help="Outcomes wait this long (s) for others to share their completion statement; on a"
+    " busy database up to four times this (twice the last flush's round trip).",
 )
 @click.option(
     "--lease",

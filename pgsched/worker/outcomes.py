@@ -1,7 +1,16 @@
 """The outcome buffer: completions and failures written in batches, one statement a flush.
 
 A flush happens when `flush_size` outcomes wait or `flush_interval` has passed since the
-first one arrived. The lanes stop claiming while `flush_size` outcomes wait (`room`): a
+first one arrived, and `flush_interval` stretches with the database's load (`pace`): to
+twice the last flush's round trip, at most four times `flush_interval`. A completion
+statement costs Postgres about 0.7 ms of CPU whatever its rows (the function's settings,
+its statements' executor start, the transition triggers' setup, a commit and its WAL
+flush), against some 17 µs a row. On a busy database a flush takes longer than the
+interval, so flushes came back to back, each carrying what finished during the last one,
+and their fixed cost took the CPU the due tasks were waiting for; paced, each carries more.
+On a quiet database a flush takes well under the interval and nothing changes. Only the
+writing waits: a task's start does not (benchmarks/RESULTS.md, "Flushes paced by their
+round trip"). The lanes stop claiming while `flush_size` outcomes wait (`room`): a
 worker never holds leases on far more tasks than it has running, and a slow flush slows
 the claims instead of growing the next flush.
 
@@ -36,6 +45,17 @@ from pgsched.queries import query
 from pgsched.worker.swallowed_cancels import raise_if_cancel_swallowed
 
 log = logging.getLogger("pgsched.worker.outcomes")
+
+# The first outcome after a flush waits at least PACE_FACTOR times that flush's round trip,
+# at most PACE_MAX_FACTOR times `flush_interval` (the bound on how long it waits).
+PACE_FACTOR = 2.0
+PACE_MAX_FACTOR = 4.0
+
+
+def pace(interval: float, round_trip: float) -> float:
+    """How long outcomes wait for others: `interval`, stretched to PACE_FACTOR times the
+    last flush's `round_trip`, at most PACE_MAX_FACTOR times `interval`."""
+    return max(interval, min(interval * PACE_MAX_FACTOR, round_trip * PACE_FACTOR))
 
 
 class Outcome(NamedTuple):
@@ -121,6 +141,8 @@ class OutcomeBuffer:
         self._pool = pool
         self._flush_size = flush_size
         self._flush_interval = flush_interval
+        # flush_interval stretched by the last flush's round trip (pace).
+        self._interval = flush_interval
         self._on_flushed = on_flushed
         self._items: list[Outcome] = []
         # Distributed mode (docs/scaling.md): each task's tenant, set as it is claimed, so
@@ -153,21 +175,26 @@ class OutcomeBuffer:
 
     async def run(self) -> None:
         while True:
-            await self._arrived.wait()
-            if not self._full.is_set():
+            if not self._items:
+                self._arrived.clear()
+                await self._arrived.wait()
+            # A flush of one batch can leave a full one behind (the lanes wait for it).
+            if len(self._items) < self._flush_size:
                 # Not asyncio.wait_for, which on Python 3.11 can swallow the shutdown's
                 # cancel (see LaneLoop._sleep_until_work).
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._flush_interval):
+                    async with asyncio.timeout(self._interval):
                         await self._full.wait()
-            await self.flush()
+            # One batch: what finishes while it is written waits out the next interval.
+            await self.flush(one_batch=True)
             # A cancel landing as the pool handed the flush its connection is swallowed.
             raise_if_cancel_swallowed()
 
-    async def flush(self, give_up_at: float | None = None) -> None:
+    async def flush(self, give_up_at: float | None = None, *, one_batch: bool = False) -> None:
         """Write every buffered outcome, retrying while the database is unreachable; with
         `give_up_at` (event loop time), only until then: what is still unwritten stays
-        buffered (`unwritten_task_ids`)."""
+        buffered (`unwritten_task_ids`). With `one_batch`, return once a batch is written
+        (at most `flush_size`): what arrived meanwhile is left for the next flush."""
         backoff = 0.05
         while self._items:
             # At most flush_size per statement: a backlog is written in bounded steps.
@@ -178,13 +205,20 @@ class OutcomeBuffer:
             # The bound holds for a write waiting on the pool (which waits for a connection
             # far longer) as much as for the retries.
             deadline = asyncio.timeout_at(give_up_at)
+            sent = asyncio.get_running_loop().time()
             try:
                 async with deadline:
                     if self.tenants is not None:
                         # Written tenant by tenant; what is left raises the first trouble.
                         batch = await self._write_by_tenant(batch)
+                        if one_batch:
+                            return
                         continue
                     rows = await self._write(batch)
+                    # The wait for a connection counts: a busy pool is a busy database.
+                    self._interval = pace(
+                        self._flush_interval, asyncio.get_running_loop().time() - sent
+                    )
             except asyncio.CancelledError:
                 # Stopping mid-flush: the batch goes back for the final flush (refused as
                 # stale if this write did land), never lost with the cancelled task.
@@ -219,6 +253,8 @@ class OutcomeBuffer:
                 backoff = min(backoff * 2, 2.0)
                 continue
             self._written(batch, rows)
+            if one_batch:
+                return
 
     def unwritten_task_ids(self) -> list[int]:
         return [outcome.task_id for outcome in self._items]
