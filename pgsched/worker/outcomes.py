@@ -1,18 +1,21 @@
 """The outcome buffer: completions and failures written in batches, one statement a flush.
 
 A flush happens when `flush_size` outcomes wait or `flush_interval` has passed since the
-first one arrived, and `flush_interval` stretches with the database's load (`pace`): to
-twice the last flush's round trip, at most four times `flush_interval`. A completion
-statement costs Postgres about 0.7 ms of CPU whatever its rows (the function's settings,
-its statements' executor start, the transition triggers' setup, a commit and its WAL
-flush), against some 17 µs a row. On a busy database a flush takes longer than the
-interval, so flushes came back to back, each carrying what finished during the last one,
-and their fixed cost took the CPU the due tasks were waiting for; paced, each carries more.
-On a quiet database a flush takes well under the interval and nothing changes. Only the
-writing waits: a task's start does not (benchmarks/RESULTS.md, "Flushes paced by their
-round trip"). The lanes stop claiming while `flush_size` outcomes wait (`room`): a
-worker never holds leases on far more tasks than it has running, and a slow flush slows
-the claims instead of growing the next flush.
+first one arrived, and what finishes while a flush is written waits for the next one. The
+interval stretches with the database's load (`pace`): to twice the last flush's round
+trip, at most four times `flush_interval`; while it is stretched, half of `flush_size`
+waiting is enough to flush. A completion statement costs Postgres about 0.7 ms of CPU
+whatever its rows (the function's settings, its statements' executor start, the transition
+triggers' setup, a commit and its WAL flush), against some 17 µs a row. Flushes written
+back to back on a busy database each carried what finished during the last one, and their
+fixed cost took the CPU the due tasks were waiting for; paced, each carries more. On a
+quiet database a flush takes well under the interval and nothing changes. Only the writing
+waits, never a task's start (benchmarks/RESULTS.md, "Flushes paced by their round trip").
+
+The lanes stop claiming while `flush_size` outcomes wait (`room`): a worker never holds
+leases on far more tasks than it has running, and a slow flush slows the claims instead of
+growing the next flush. Flushing at half of it while paced keeps a flush under way long
+before the lanes must stop.
 
 If the database is unreachable, or refuses every write for now (a read-only database or a
 hot standby: SQLSTATE 25006), the outcomes stay buffered and are retried; should the
@@ -160,9 +163,19 @@ class OutcomeBuffer:
     def add(self, outcome: Outcome) -> None:
         self._items.append(outcome)
         self._arrived.set()
-        if len(self._items) >= self._flush_size:
+        if self._flush_now():
             self._full.set()
+        if len(self._items) >= self._flush_size:
             self._roomy.clear()
+
+    def _flush_now(self) -> bool:
+        """Enough waits to write without waiting out the interval: `flush_size`, or half of
+        it while the interval is stretched (a busy database), so that a flush is under way
+        long before the lanes must stop claiming for want of room."""
+        waiting = len(self._items)
+        if self._interval > self._flush_interval:
+            return waiting >= max(1, self._flush_size // 2)
+        return waiting >= self._flush_size
 
     def __len__(self) -> int:
         return len(self._items)
@@ -179,7 +192,7 @@ class OutcomeBuffer:
                 self._arrived.clear()
                 await self._arrived.wait()
             # A flush of one batch can leave a full one behind (the lanes wait for it).
-            if len(self._items) < self._flush_size:
+            if not self._flush_now():
                 # Not asyncio.wait_for, which on Python 3.11 can swallow the shutdown's
                 # cancel (see LaneLoop._sleep_until_work).
                 with contextlib.suppress(TimeoutError):

@@ -42,38 +42,52 @@ def spacing(starts: list[float]) -> float:
 
 
 class TimedWrites(OutcomeBuffer):
-    """An outcome buffer noting when each write began; each takes `slow` longer."""
+    """An outcome buffer noting when each write began and its size, and the most outcomes
+    that ever waited; each write takes `slow` longer."""
 
     def __init__(self, *args: Any, slow: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.slow = slow
         self.write_starts: list[float] = []
+        self.batch_sizes: list[int] = []
+        self.most_waiting = 0
+
+    def add(self, outcome: Outcome) -> None:
+        super().add(outcome)
+        self.most_waiting = max(self.most_waiting, len(self))
 
     async def _write(self, batch: list[Outcome], tenant: str | None = None) -> Any:
         self.write_starts.append(time.monotonic())
+        self.batch_sizes.append(len(batch))
         rows = await super()._write(batch, tenant)
         await asyncio.sleep(self.slow)
         return rows
 
 
-def flush_spacing(
-    db_dsn: str, conn: psycopg.Connection, flush_interval: float, slow: float
-) -> float:
-    """The median time between flushes of TASKS real outcomes arriving every 2 ms, each
-    flush's round trip lengthened by `slow`; every outcome applied."""
-    schedule(conn, TASKS)
+def flushed(
+    db_dsn: str,
+    conn: psycopg.Connection,
+    flush_interval: float,
+    slow: float,
+    flush_size: int = 10_000,
+    tasks: int = TASKS,
+    every: float = 0.002,
+) -> TimedWrites:
+    """A buffer's flushes of `tasks` real outcomes arriving `every` seconds, each flush's
+    round trip lengthened by `slow`; every outcome applied."""
+    schedule(conn, tasks)
 
-    async def scenario() -> tuple[list[float], int]:
+    async def scenario() -> tuple[TimedWrites, int]:
         async with opened_pool(db_dsn) as pool:
             async with pool.connection() as aconn:
                 claimed, _ = await claim_many(
-                    aconn, "NORMAL", TASKS, "w-pace", timedelta(seconds=60)
+                    aconn, "NORMAL", tasks, "w-pace", timedelta(seconds=60)
                 )
-            assert len(claimed) == TASKS
+            assert len(claimed) == tasks
             applied: list[int] = []
             buffer = TimedWrites(
                 pool,
-                flush_size=10_000,
+                flush_size=flush_size,
                 flush_interval=flush_interval,
                 on_flushed=lambda batch, ok: applied.extend(ok),
                 slow=slow,
@@ -82,17 +96,24 @@ def flush_spacing(
             try:
                 for task in claimed:
                     buffer.add(Outcome(task.id, task.lease_token, "COMPLETED"))
-                    await asyncio.sleep(0.002)
+                    await asyncio.sleep(every)
                 await buffer.flush()
             finally:
                 running.cancel()
                 await asyncio.gather(running, return_exceptions=True)
-            return buffer.write_starts, len(applied)
+            return buffer, len(applied)
 
-    starts, applied = asyncio.run(scenario())
-    assert applied == TASKS
-    # The first flush follows a quiet start; the last is the final one.
-    return spacing(starts[1:-1])
+    buffer, applied = asyncio.run(scenario())
+    assert applied == tasks
+    return buffer
+
+
+def flush_spacing(
+    db_dsn: str, conn: psycopg.Connection, flush_interval: float, slow: float
+) -> float:
+    """The median time between flushes (the first follows a quiet start; the last is the
+    final one)."""
+    return spacing(flushed(db_dsn, conn, flush_interval, slow).write_starts[1:-1])
 
 
 def test_flushes_of_a_slow_database_wait_twice_their_round_trip(
@@ -111,3 +132,17 @@ def test_flushes_of_a_quiet_database_keep_the_flush_interval(
     gap = flush_spacing(db_dsn, conn, flush_interval=flush_interval, slow=0.0)
     # The interval and the flush's own few milliseconds: well under twice the interval.
     assert gap < 2 * flush_interval, f"flushes {gap * 1e3:.1f} ms apart"
+
+
+def test_a_busy_database_flushes_at_half_the_flush_size(
+    db_dsn: str, conn: psycopg.Connection
+) -> None:
+    # An outcome every millisecond and a stretched wait of 80 ms: about 80 would wait each
+    # time, close to the flush size of 100 at which the lanes stop claiming. Half of it,
+    # 50, starts the flush sooner.
+    buffer = flushed(
+        db_dsn, conn, flush_interval=0.02, slow=SLOW, flush_size=100, tasks=1_000, every=0.001
+    )
+    sizes = buffer.batch_sizes[1:-1]
+    assert statistics.median(sizes) <= 70, sizes
+    assert buffer.most_waiting < 100, buffer.batch_sizes
