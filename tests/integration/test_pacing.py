@@ -121,7 +121,7 @@ def test_flushes_of_a_slow_database_wait_twice_their_round_trip(
 ) -> None:
     gap = flush_spacing(db_dsn, conn, flush_interval=0.02, slow=SLOW)
     # A write (about 45 ms), then the first outcome after it waits twice that, capped at
-    # four times the interval (80 ms): about 125 ms. Before, 20 ms: about 65 ms.
+    # four times the interval (80 ms): about 125 ms. Before, back to back: about 45 ms.
     assert gap >= 0.11, f"flushes {gap * 1e3:.1f} ms apart"
 
 
