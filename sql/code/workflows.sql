@@ -367,8 +367,10 @@ GRANT EXECUTE ON FUNCTION pgsched.task_dependencies_settle(bigint[], pgsched.tas
 -- What tasks that just finished (COMPLETED, FAILED, CANCELLED) owe those waiting for them:
 -- a NOTIFY for a waiting App.result, and the settling of their children. Called by the
 -- statement trigger below, or, when the functions write the events (sql/code/
--- transitions.sql), by each function that finishes tasks. Finishing no task with a waiting
--- child or a waiting App.result costs two index probes.
+-- transitions.sql), by each function that finishes tasks. While no App.result waits and
+-- task_dependencies holds no edge (an install that runs no workflows), that is two index
+-- probes a statement, whatever its tasks; otherwise one lookup a task in each table that
+-- has rows (benchmarks/RESULTS.md, "Finishing with nobody waiting").
 CREATE OR REPLACE FUNCTION pgsched.task_settle_finished(
     ids bigint[], statuses pgsched.task_status[]
 ) RETURNS void
@@ -386,14 +388,19 @@ BEGIN
     IF ids IS NULL OR cardinality(ids) = 0 OR current_setting('pgsched.settling', TRUE) = 'on' THEN
         RETURN;
     END IF;
-    PERFORM pg_notify('pgsched_result', w.task_id::text)
-       FROM (SELECT DISTINCT r.task_id FROM pgsched.task_result_waiters AS r WHERE r.task_id = ANY (ids)) AS w;
-    -- One probe of the edges' key per finished task, whatever the statistics say: a
-    -- sequential scan looking for the first match read every waiting edge at each finish.
-    IF EXISTS (SELECT 1
-                 FROM unnest(ids) AS p(id)
-                 CROSS JOIN LATERAL (SELECT 1 FROM pgsched.task_dependencies AS d
-                                      WHERE d.parent_id = p.id AND NOT d.met LIMIT 1) AS e) THEN
+    IF EXISTS (SELECT 1 FROM pgsched.task_result_waiters) THEN
+        PERFORM pg_notify('pgsched_result', w.task_id::text)
+           FROM (SELECT DISTINCT r.task_id FROM pgsched.task_result_waiters AS r WHERE r.task_id = ANY (ids)) AS w;
+    END IF;
+    -- One probe of the edges' key per finished task, whatever the statistics say (a
+    -- sequential scan looking for the first match read every waiting edge at each finish),
+    -- and only where there are edges at all: met ones stay until retention, so an install
+    -- that runs workflows always pays these probes, one that does not never does.
+    IF EXISTS (SELECT 1 FROM pgsched.task_dependencies)
+       AND EXISTS (SELECT 1
+                     FROM unnest(ids) AS p(id)
+                     CROSS JOIN LATERAL (SELECT 1 FROM pgsched.task_dependencies AS d
+                                          WHERE d.parent_id = p.id AND NOT d.met LIMIT 1) AS e) THEN
         PERFORM pgsched.task_dependencies_settle(ids, statuses);
     END IF;
 END;
@@ -403,11 +410,14 @@ REVOKE ALL ON FUNCTION pgsched.task_settle_finished(bigint[], pgsched.task_statu
 GRANT EXECUTE ON FUNCTION pgsched.task_settle_finished(bigint[], pgsched.task_status[]) TO pgsched_worker, pgsched_admin;
 
 -- The statement trigger (trigger mode: sql/code/transitions.sql) that calls it for the
--- tasks a statement finished. A statement that finishes none costs one scan of its new rows.
+-- tasks a statement finished. While nothing waits (task_settle_finished), a statement
+-- costs its two probes and no look at its rows; otherwise a statement that finishes none
+-- costs one scan of its new rows.
 CREATE OR REPLACE FUNCTION pgsched.task_settle_dependents() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = FALSE  -- the probes below read the indexes, however few the rows
 SET jit = off  -- see task_dependencies_settle
 AS $$
 DECLARE
@@ -415,6 +425,10 @@ DECLARE
     statuses pgsched.task_status[];
 BEGIN
     IF current_setting('pgsched.settling', TRUE) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pgsched.task_result_waiters)
+       AND NOT EXISTS (SELECT 1 FROM pgsched.task_dependencies) THEN
         RETURN NULL;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM new_rows AS n WHERE n.status IN ('COMPLETED', 'FAILED', 'CANCELLED')) THEN
