@@ -32,7 +32,10 @@ What is reported (a table, and JSON):
   HIGH lateness  handler start (burst_high writes time.time() when it runs) minus the
                  task's due time, p50 / p99 / max, for HIGH tasks due between D and the
                  last start of the million ("during the burst"); also before D; target
-                 p99 <= 25 ms
+                 p99 <= 25 ms. And by part, for each of those tasks, cut at the commit
+                 records (track_commit_timestamp): the producer's statement, on to the
+                 claim's start (the producer's WAL flush, the NOTIFY, the wake-up), the
+                 claim, on to the handler's start (the claim's WAL flush, the reply)
   longest claim  pg_stat_statements' max_exec_time of the claim statement (the cluster
                  preloads it); and the claims over 50 ms in the server log
                  (log_min_duration_statement = 50ms); target: none over 50 ms
@@ -44,7 +47,8 @@ What is reported (a table, and JSON):
                  wait_event_type = 'Lock'), and who blocks them (pg_blocking_pids): a
                  claim blocked by the sweeper's promotion shows here; target: none
   WAL            written from the sweeper's start to the last completion, and per task;
-                 whether the run wrote into recycled segments (below)
+                 whether the run wrote into recycled segments (below); the WAL syncs
+                 meanwhile and their mean time (pg_stat_wal, track_wal_io_timing)
 
 The WAL. A freshly made cluster has no WAL segment to reuse, so every 16 MB the run writes,
 a backend creates the next segment (16 MB of zeros, synced) holding the WAL write lock,
@@ -87,12 +91,16 @@ SEED_RATE = 20_000  # tasks/s the seeding is expected to reach at least
 TARGET_LAST_START_S = 50.0
 TARGET_HIGH_P99_MS = 25.0
 TARGET_CLAIM_MS = 50.0
+# A HIGH task's lateness, cut at the producer's commit, the claim's start and its commit.
+HIGH_PARTS = ("the_producer", "to_the_claim", "the_claim", "to_the_handler")
 
 BURST_SETTINGS = (
     *DEFAULT_SETTINGS,
     Setting("shared_preload_libraries", "pg_stat_statements", "the longest claim statement"),
     Setting("pg_stat_statements.track", "top", "the statements the workers send"),
     Setting("log_min_duration_statement", "50ms", "every statement over the claim target"),
+    Setting("track_commit_timestamp", "on", "when each claim committed: HIGH's lateness by part"),
+    Setting("track_wal_io_timing", "on", "how long the run's WAL syncs took"),
 )
 
 
@@ -169,7 +177,9 @@ def _status_kib(pid: int, field: str) -> int | None:
 
 
 class HighProducer(threading.Thread):
-    """`rate` HIGH tasks/s due now, `per` to a statement, on its own connection."""
+    """`rate` HIGH tasks/s due now, `per` to a statement, on its own connection. Keeps
+    each statement's transaction id by its due time (the statement's now(), in µs since
+    the epoch): its commit timestamp splits a HIGH task's lateness."""
 
     def __init__(self, dsn: str, rate: float, per: int = 10) -> None:
         super().__init__(daemon=True)
@@ -178,6 +188,7 @@ class HighProducer(threading.Thread):
         self.per = per
         self.scheduled = 0
         self.behind_max_s = 0.0
+        self.xid_by_due: dict[int, int] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -185,13 +196,17 @@ class HighProducer(threading.Thread):
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             nxt = time.monotonic()
             while not self._halt.is_set():
-                conn.execute(
-                    "SELECT count(*) FROM pgsched.schedule_tasks("
+                row = conn.execute(
+                    "SELECT (extract(EPOCH FROM now()) * 1e6)::bigint,"
+                    " xid(pg_current_xact_id())::text::bigint, count(*)"
+                    " FROM pgsched.schedule_tasks("
                     " task_types => array_fill('burst_high'::text, ARRAY[%(n)s]),"
                     " priorities => array_fill(9, ARRAY[%(n)s]),"
                     " lanes => array_fill('HIGH'::text, ARRAY[%(n)s]))",
                     {"n": self.per},
-                )
+                ).fetchone()
+                if row is not None:
+                    self.xid_by_due[row[0]] = row[1]
                 self.scheduled += self.per
                 nxt += period
                 delay = nxt - time.monotonic()
@@ -293,6 +308,7 @@ def run(
         sampler.start()
         with psycopg.connect(dsn, autocommit=True) as conn:
             sweeper_started: datetime = measure.one(conn, "SELECT clock_timestamp()")
+            syncs_before = wal_syncs(conn)
         meter = measure.CpuMeter(workers.pids, measure.postmaster_pid(dsn))
         meter.begin()
         sweeper.start()
@@ -343,6 +359,7 @@ def run(
                         break
                 time.sleep(1.0)
             result["wal"] = wal_written(conn, n, wal_before_seed, wal_start, wal_end)
+            result["wal_syncs"] = wal_sync_figures(syncs_before, wal_syncs(conn))
         result["finished"] = done >= n
         # Cores used from the sweeper's start to the last completion: the workers, the
         # server, and everything else on the machine (the producer, the samplers, others).
@@ -394,6 +411,8 @@ def run(
             statement_stats(conn, "task_promote_due(") if statements else None
         )
     result["high"] = high_lateness(log_base, due, result)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        result["high_parts"] = high_lateness_parts(conn, log_base, due, result, producer.xid_by_due)
     assert sampler is not None
     result["worker_rss_peak_mib"] = {
         str(pid): round(kib / 1024, 1) for pid, kib in sampler.rss_peak_kib.items()
@@ -538,16 +557,93 @@ def slow_claims(log: Path) -> dict[str, Any]:
     }
 
 
-def high_lateness(log_base: Path, due: datetime, burst: dict[str, Any]) -> dict[str, Any]:
-    """HIGH start lateness (ms) from the handlers' own lines: during the burst (due between
-    D and the million's last start) and before it."""
-    rows: list[tuple[float, float]] = []
+def handler_starts(log_base: Path) -> dict[int, tuple[float, float]]:
+    """task id -> (handler start, due), epoch seconds, from the HIGH handlers' lines."""
+    starts: dict[int, tuple[float, float]] = {}
     for path in glob.glob(f"{log_base}.*"):
         with open(path) as lines:
             for line in lines:
                 parts = line.split()
                 if len(parts) == 3:
-                    rows.append((float(parts[1]), float(parts[2])))
+                    starts[int(parts[0])] = (float(parts[1]), float(parts[2]))
+    return starts
+
+
+def high_lateness_parts(
+    conn: psycopg.Connection[Any],
+    log_base: Path,
+    due: datetime,
+    burst: dict[str, Any],
+    xid_by_due: dict[int, int],
+) -> dict[str, Any]:
+    """Where the lateness of each HIGH task due during the burst went (ms), in four parts
+    that add up to it, cut at the two commits on its way (a commit timestamp is taken as
+    the commit record is written, before its WAL flush): the producer's statement up to
+    its commit; from there to the claim's start (the flush, the NOTIFY, a lane waking,
+    the claim sent: the claim's now(), in its PROCESSING event); the claim up to its
+    commit; and from there to the handler's start (the flush, the reply, the task
+    started). The parts need track_commit_timestamp (the throwaway cluster sets it);
+    without it they are None."""
+    tracked = measure.one(conn, "SELECT current_setting('track_commit_timestamp')::boolean")
+    end = burst["burst_end"] or due.isoformat()
+    producer_committed: dict[int, float] = {}
+    if tracked:
+        dues = list(xid_by_due)
+        for due_us, at in conn.execute(
+            "SELECT d.due_us, extract(EPOCH FROM pg_xact_commit_timestamp(d.x::text::xid))::float8"
+            " FROM unnest(%s::bigint[], %s::bigint[]) AS d (due_us, x)",
+            (dues, [xid_by_due[d] for d in dues]),
+        ).fetchall():
+            if at is not None:
+                producer_committed[due_us] = at
+    rows = conn.execute(
+        "SELECT e.task_id, (extract(EPOCH FROM e.scheduled_for) * 1e6)::bigint,"
+        " extract(EPOCH FROM e.occurred_at)::float8,"
+        " CASE WHEN %(tracked)s"
+        "  THEN extract(EPOCH FROM pg_xact_commit_timestamp(e.xmin))::float8 END"
+        " FROM pgsched.task_events AS e"
+        " WHERE e.task_type = 'burst_high' AND e.to_status = 'PROCESSING'"
+        " AND e.scheduled_for BETWEEN %(due)s AND %(end)s",
+        {"tracked": tracked, "due": due, "end": end},
+    ).fetchall()
+    starts = handler_starts(log_base)
+    parts: dict[str, list[float]] = {name: [] for name in HIGH_PARTS}
+    for task_id, due_us, claim_began, claim_committed in rows:
+        scheduled = producer_committed.get(due_us)
+        if task_id not in starts or scheduled is None or claim_committed is None:
+            continue
+        started, _ = starts[task_id]
+        parts["the_producer"].append((scheduled - due_us / 1e6) * 1e3)
+        parts["to_the_claim"].append((claim_began - scheduled) * 1e3)
+        parts["the_claim"].append((claim_committed - claim_began) * 1e3)
+        parts["to_the_handler"].append((started - claim_committed) * 1e3)
+    return {
+        "commit_timestamps": tracked,
+        **{name: measure.percentiles(v) if v else None for name, v in parts.items()},
+    }
+
+
+def wal_syncs(conn: psycopg.Connection[Any]) -> tuple[int, float]:
+    """pg_stat_wal: WAL syncs so far, and their time (ms; 0 without track_wal_io_timing)."""
+    row = conn.execute("SELECT wal_sync, wal_sync_time FROM pg_stat_wal").fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])
+
+
+def wal_sync_figures(before: tuple[int, float], after: tuple[int, float]) -> dict[str, Any]:
+    syncs, ms = after[0] - before[0], after[1] - before[1]
+    return {
+        "syncs": syncs,
+        "sync_ms": round(ms, 1),
+        # Timing off (a server given with --dsn): the count alone.
+        "mean_sync_ms": round(ms / syncs, 2) if syncs and ms > 0 else None,
+    }
+
+
+def high_lateness(log_base: Path, due: datetime, burst: dict[str, Any]) -> dict[str, Any]:
+    """HIGH start lateness (ms) from the handlers' own lines: during the burst (due between
+    D and the million's last start) and before it."""
+    rows = list(handler_starts(log_base).values())
     d = due.timestamp()
     end = datetime.fromisoformat(burst["burst_end"]).timestamp() if burst["burst_end"] else d
     during = [(s - t) * 1000 for s, t in rows if d <= t <= end]
@@ -577,9 +673,17 @@ def table(r: dict[str, Any]) -> str:
     drain = r.get("cpu_drain") or {}
     last = r["last_start_after_due_s"]
     wal = r.get("wal") or {}
+    syncs = r.get("wal_syncs") or {}
+    parts = r.get("high_parts") or {}
 
     def mb(v: int | None) -> str:
         return "n/a" if v is None else f"{v / 1e6:,.0f}"
+
+    def p50_p99(name: str) -> str:
+        part = parts.get(name)
+        if not part or part["p50"] is None:
+            return "n/a"
+        return f"{part['p50']:.1f} / {part['p99']:.1f}"
 
     rows = [
         ("tasks due in the same second", f"{r['tasks']:,}", ""),
@@ -615,6 +719,13 @@ def table(r: dict[str, Any]) -> str:
             + ("met" if high["p99"] is not None and high["p99"] <= 25 else "MISSED"),
         ),
         (
+            "HIGH lateness by part, p50 / p99: the producer's statement; on to the claim;"
+            " the claim; on to the handler",
+            "; ".join(p50_p99(name) for name in HIGH_PARTS) + " ms",
+            "cut at the commit records: the producer's; its WAL flush, NOTIFY, wake-up, claim"
+            " sent; the claim's; its WAL flush, reply, task start",
+        ),
+        (
             "longest claim statement",
             s(longest and round(longest, 1), "ms"),
             f"{slow.get('claims_over_50ms', 'n/a')} claims over 50 ms in the server log",
@@ -644,6 +755,11 @@ def table(r: dict[str, Any]) -> str:
                 if r.get("wal_recycled_mb") == 0
                 else "the server given (--dsn)"
             ),
+        ),
+        (
+            "WAL syncs from the sweeper's start to the last completion",
+            "{:,}, mean {} ms".format(syncs.get("syncs", 0), syncs.get("mean_sync_ms", "n/a")),
+            "every commit waits for the sync under way, then its own",
         ),
         (
             "a worker waiting on a lock",
