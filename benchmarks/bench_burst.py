@@ -99,7 +99,7 @@ BURST_SETTINGS = (
     Setting("shared_preload_libraries", "pg_stat_statements", "the longest claim statement"),
     Setting("pg_stat_statements.track", "top", "the statements the workers send"),
     Setting("log_min_duration_statement", "50ms", "every statement over the claim target"),
-    Setting("track_commit_timestamp", "on", "when each claim committed: HIGH's lateness by part"),
+    Setting("track_commit_timestamp", "on", "when the producer's and claims' commits were made"),
     Setting("track_wal_io_timing", "on", "how long the run's WAL syncs took"),
 )
 
@@ -410,9 +410,10 @@ def run(
         result["promotion_statements"] = (
             statement_stats(conn, "task_promote_due(") if statements else None
         )
-    result["high"] = high_lateness(log_base, due, result)
+    starts = handler_starts(log_base)
+    result["high"] = high_lateness(starts, due, result)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        result["high_parts"] = high_lateness_parts(conn, log_base, due, result, producer.xid_by_due)
+        result["high_parts"] = high_lateness_parts(conn, starts, due, result, producer.xid_by_due)
     assert sampler is not None
     result["worker_rss_peak_mib"] = {
         str(pid): round(kib / 1024, 1) for pid, kib in sampler.rss_peak_kib.items()
@@ -571,7 +572,7 @@ def handler_starts(log_base: Path) -> dict[int, tuple[float, float]]:
 
 def high_lateness_parts(
     conn: psycopg.Connection[Any],
-    log_base: Path,
+    starts: dict[int, tuple[float, float]],
     due: datetime,
     burst: dict[str, Any],
     xid_by_due: dict[int, int],
@@ -606,7 +607,6 @@ def high_lateness_parts(
         " AND e.scheduled_for BETWEEN %(due)s AND %(end)s",
         {"tracked": tracked, "due": due, "end": end},
     ).fetchall()
-    starts = handler_starts(log_base)
     parts: dict[str, list[float]] = {name: [] for name in HIGH_PARTS}
     for task_id, due_us, claim_began, claim_committed in rows:
         scheduled = producer_committed.get(due_us)
@@ -640,10 +640,12 @@ def wal_sync_figures(before: tuple[int, float], after: tuple[int, float]) -> dic
     }
 
 
-def high_lateness(log_base: Path, due: datetime, burst: dict[str, Any]) -> dict[str, Any]:
+def high_lateness(
+    starts: dict[int, tuple[float, float]], due: datetime, burst: dict[str, Any]
+) -> dict[str, Any]:
     """HIGH start lateness (ms) from the handlers' own lines: during the burst (due between
     D and the million's last start) and before it."""
-    rows = list(handler_starts(log_base).values())
+    rows = list(starts.values())
     d = due.timestamp()
     end = datetime.fromisoformat(burst["burst_end"]).timestamp() if burst["burst_end"] else d
     during = [(s - t) * 1000 for s, t in rows if d <= t <= end]
@@ -758,7 +760,7 @@ def table(r: dict[str, Any]) -> str:
         ),
         (
             "WAL syncs from the sweeper's start to the last completion",
-            "{:,}, mean {} ms".format(syncs.get("syncs", 0), syncs.get("mean_sync_ms", "n/a")),
+            "{:,}, mean {} ms".format(syncs.get("syncs", 0), syncs.get("mean_sync_ms") or "n/a"),
             "every commit waits for the sync under way, then its own",
         ),
         (
