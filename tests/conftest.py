@@ -41,9 +41,13 @@ A test that runs processes against its own database::
 Never connect to ``pg_server.template_dbname``: a session on the template stops it being
 cloned.
 
-The template is migrated once per session by pytest-postgresql's loader; clones are made
-ahead of time by background threads (``CREATE DATABASE ... TEMPLATE``), so a test does not
-wait for its copy. pytest-postgresql's own ``postgresql`` client fixture works too.
+The template is migrated once per session by pytest-postgresql's loader, and again on the
+first use after midnight UTC (:class:`DailyTemplate`): a migration lays out its day
+partitions from the day it runs, and the tests take a clone to be a database migrated
+today. Clones are made ahead of time by background threads (``CREATE DATABASE ...
+TEMPLATE``), so a test does not wait for its copy; one made before midnight is dropped
+rather than handed out after it. pytest-postgresql's own ``postgresql`` client fixture
+works too (on the first day's template).
 
 Postgres refuses to run as root; ``tests/bin/pg_ctl_unprivileged`` runs pg_ctl as the
 ``postgres`` user in that case, and is what pytest-postgresql is pointed at.
@@ -64,7 +68,8 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -127,19 +132,36 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _migrate_template(
-    *, host: str, port: int | str, user: str, dbname: str, password: str | None, **_: Any
-) -> None:
-    """pytest-postgresql loader: migrate the template database once per session.
+def utc_today() -> date:
+    return datetime.now(UTC).date()
+
+
+def _migrate_for_tests(conninfo: str) -> date:
+    """Migrate a template database; returns the UTC day it is good for.
 
     PGSCHED_TEST_AUDIT_WRITER=functions runs the session with the functions writing the
     events (settings.audit_writer; sql/code/transitions.sql) instead of the trigger."""
-    conninfo = make_conninfo(host=host, port=str(port), user=user, dbname=dbname, password=password)
+    # The day from before the migration: one that ran across midnight is stale at once
+    # and made again, never taken for the later day's.
+    day = utc_today()
     migrate(conninfo)
     writer = os.environ.get("PGSCHED_TEST_AUDIT_WRITER")
     if writer:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute("SELECT pgsched.audit_writer_set(%s)", (writer,))
+    return day
+
+
+# The day pytest-postgresql's loader migrated the session's first template for.
+_first_template_day: list[date] = []
+
+
+def _migrate_template(
+    *, host: str, port: int | str, user: str, dbname: str, password: str | None, **_: Any
+) -> None:
+    """pytest-postgresql loader: migrate the session's first template database."""
+    conninfo = make_conninfo(host=host, port=str(port), user=user, dbname=dbname, password=password)
+    _first_template_day[:] = [_migrate_for_tests(conninfo)]
 
 
 # Named like the plugin's own fixtures so nothing can reach the plugin's defaults (which
@@ -157,15 +179,58 @@ postgresql_proc = factories.postgresql_proc(
 postgresql = factories.postgresql("postgresql_proc")
 
 
-@dataclass(frozen=True)
+class DailyTemplate:
+    """The migrated template database, made again when the UTC day has turned since.
+
+    A migration bounds the archive partitions at the end of its own day and makes day
+    partitions ahead from there (sql/0033_baseline.sql), so yesterday's template is a
+    database migrated yesterday: right for the product, whose sweeps add the missing days,
+    but not the fresh install the tests describe. `today` is injectable for the test of
+    this class."""
+
+    def __init__(
+        self,
+        server: PgServer,
+        first_name: str,
+        first_day: date,
+        today: Callable[[], date] = utc_today,
+    ) -> None:
+        self._server = server
+        self._base = first_name
+        self._name = first_name
+        self._day = first_day
+        self._today = today
+        self._lock = threading.Lock()
+
+    def current(self) -> tuple[str, date]:
+        """The name of a template migrated today, and its day."""
+        with self._lock:
+            today = self._today()
+            if today != self._day:
+                name = f"{self._base}_{today:%Y%m%d}"
+                self._server.drop_database(name)
+                conninfo = self._server.create_database(name)
+                self._day = _migrate_for_tests(conninfo)
+                self._name = name
+            return self._name, self._day
+
+
+@dataclass
 class PgServer:
     """The session's Postgres server."""
 
     host: str
     port: int
     user: str
-    template_dbname: str
     bindir: Path
+    # Set by the pg_server fixture once the server exists: the template needs it.
+    templates: DailyTemplate | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def template_dbname(self) -> str:
+        """A template migrated today (see DailyTemplate)."""
+        assert self.templates is not None, "PgServer.templates is set by the pg_server fixture"
+        return self.templates.current()[0]
 
     def dsn(self, dbname: str = "postgres") -> str:
         return make_conninfo(host=self.host, port=str(self.port), user=self.user, dbname=dbname)
@@ -198,13 +263,15 @@ class PgServer:
 
 @pytest.fixture(scope="session")
 def pg_server(postgresql_proc: PostgreSQLExecutor) -> PgServer:
-    return PgServer(
+    server = PgServer(
         host=postgresql_proc.host,
         port=int(postgresql_proc.port),
         user=postgresql_proc.user,
-        template_dbname=postgresql_proc.template_dbname,
         bindir=find_bindir(),
     )
+    first_day = _first_template_day[0] if _first_template_day else date.min
+    server.templates = DailyTemplate(server, postgresql_proc.template_dbname, first_day)
+    return server
 
 
 class ClonePool:
@@ -214,11 +281,14 @@ class ClonePool:
     test runs takes it off the critical path.
     """
 
-    def __init__(self, server: PgServer, ahead: int = 3, threads: int = 2) -> None:
+    def __init__(
+        self, server: PgServer, ahead: int = 3, threads: int = 2, prefix: str = "pgsched_t"
+    ) -> None:
         self._server = server
         self._jobs: queue.Queue[tuple[str, str]] = queue.Queue()
-        self._ready: queue.Queue[str | BaseException] = queue.Queue()
-        self._names = (f"pgsched_t{os.getpid()}_{n}" for n in itertools.count(1))
+        # A clone and the day of the template it was made from.
+        self._ready: queue.Queue[tuple[str, date] | BaseException] = queue.Queue()
+        self._names = (f"{prefix}{os.getpid()}_{n}" for n in itertools.count(1))
         self._threads = [
             threading.Thread(target=self._work, name=f"pgsched-clone-pool-{n}", daemon=True)
             for n in range(threads)
@@ -238,12 +308,14 @@ class ClonePool:
                 if admin is None or admin.closed:
                     admin = self._server.connect()
                 if job == "create":
+                    assert self._server.templates is not None
+                    template, day = self._server.templates.current()
                     admin.execute(
                         sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                            sql.Identifier(name), sql.Identifier(self._server.template_dbname)
+                            sql.Identifier(name), sql.Identifier(template)
                         )
                     )
-                    self._ready.put(name)
+                    self._ready.put((name, day))
                 else:
                     admin.execute(
                         sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
@@ -260,12 +332,17 @@ class ClonePool:
             admin.close()
 
     def take(self) -> str:
-        """A fresh clone's name; it is the caller's until given back."""
-        self._jobs.put(("create", next(self._names)))
-        got = self._ready.get(timeout=120)
-        if isinstance(got, BaseException):
-            raise RuntimeError(f"cloning the template database failed: {got}") from got
-        return got
+        """A fresh clone of today's template; it is the caller's until given back."""
+        while True:
+            self._jobs.put(("create", next(self._names)))
+            got = self._ready.get(timeout=300)
+            if isinstance(got, BaseException):
+                raise RuntimeError(f"cloning the template database failed: {got}") from got
+            name, day = got
+            if day == utc_today():
+                return name
+            # Made ahead before midnight: yesterday's install.
+            self.give_back(name)
 
     def give_back(self, name: str) -> None:
         self._jobs.put(("drop", name))
@@ -278,8 +355,8 @@ class ClonePool:
         leftovers: list[str] = []
         while not self._ready.empty():
             got = self._ready.get()
-            if isinstance(got, str):
-                leftovers.append(got)
+            if isinstance(got, tuple):
+                leftovers.append(got[0])
         for name in leftovers:
             self._server.drop_database(name)
 
