@@ -226,11 +226,14 @@ class PgServer:
     # Set by the pg_server fixture once the server exists: the template needs it.
     templates: DailyTemplate | None = field(default=None, repr=False, compare=False)
 
+    def current_template(self) -> tuple[str, date]:
+        """The name of a template migrated today (see DailyTemplate), and its day."""
+        assert self.templates is not None, "PgServer.templates is set by the pg_server fixture"
+        return self.templates.current()
+
     @property
     def template_dbname(self) -> str:
-        """A template migrated today (see DailyTemplate)."""
-        assert self.templates is not None, "PgServer.templates is set by the pg_server fixture"
-        return self.templates.current()[0]
+        return self.current_template()[0]
 
     def dsn(self, dbname: str = "postgres") -> str:
         return make_conninfo(host=self.host, port=str(self.port), user=self.user, dbname=dbname)
@@ -308,8 +311,7 @@ class ClonePool:
                 if admin is None or admin.closed:
                     admin = self._server.connect()
                 if job == "create":
-                    assert self._server.templates is not None
-                    template, day = self._server.templates.current()
+                    template, day = self._server.current_template()
                     admin.execute(
                         sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
                             sql.Identifier(name), sql.Identifier(template)
@@ -339,9 +341,9 @@ class ClonePool:
             if isinstance(got, BaseException):
                 raise RuntimeError(f"cloning the template database failed: {got}") from got
             name, day = got
-            if day == utc_today():
+            if day == self._server.current_template()[1]:
                 return name
-            # Made ahead before midnight: yesterday's install.
+            # Made ahead from a template the day has since turned on.
             self.give_back(name)
 
     def give_back(self, name: str) -> None:
